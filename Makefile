@@ -1,0 +1,46 @@
+# kernelforge: `make demo` runs the main job, `make test` the tests. `make help` lists the rest.
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+# The CPU build of torch. On a GPU machine install the CUDA build of torch (and cupy) into the venv
+# first, or point VENV at an environment that has them: setup leaves an existing torch alone.
+TORCH_SPEC ?= torch==2.13.0
+
+.DEFAULT_GOAL := help
+.PHONY: help setup demo test test-gpu lint format doctor clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+setup: $(VENV)/.installed ## create the virtualenv and install kernelforge into it
+
+demo: setup ## evaluate the built-in reference candidates (GPU if present, else the CPU twins)
+	$(VENV)/bin/kforge demo
+
+test: setup ## lint and run the test suite (GPU tests skip without a GPU)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/pytest -q
+
+test-gpu: setup ## run only the tests that need a CUDA GPU
+	$(VENV)/bin/pytest -q -m gpu
+
+lint: setup ## ruff check
+	$(VENV)/bin/ruff check .
+
+format: setup ## ruff format and fix imports
+	$(VENV)/bin/ruff check --fix --select I .
+	$(VENV)/bin/ruff format .
+
+doctor: setup ## report GPU, CUDA, NVRTC, compiler, Docker and provider keys
+	$(VENV)/bin/kforge doctor
+
+clean: ## remove the virtualenv and caches
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,294 @@
+"""The ``kforge`` command.
+
+Exit codes (``kforge eval``; the other commands use 0, 2 and 3 alike):
+  0  the candidate is correct on every check (and timed)
+  1  the candidate was rejected: compile_error, runtime_error, incorrect, timeout or crashed
+  2  bad input: a problem or candidate file that cannot be used, or a bad option
+  3  the environment cannot do what was asked: no GPU, no compiler, the sandbox failed
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+
+import structlog
+
+from tools.errors import KernelforgeError, ProblemError
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROBLEMS_DIR = PROJECT_ROOT / "problems"
+PROVIDER_KEYS = ("OPENAI_API_KEY", "GOOGLE_API_KEY", "GEMINI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL")
+EXIT_OK, EXIT_REJECTED = 0, 1
+
+
+def configure_logging(verbose: bool) -> None:
+    level = logging.INFO if verbose else logging.WARNING
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="%H:%M:%S"),
+            structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+    )
+
+
+def resolve_problem(arg: str) -> Path:
+    """A path, or the name of a built-in problem (``softmax_small`` → problems/softmax_small.py)."""
+    path = Path(arg)
+    if path.exists():
+        return path
+    builtin = PROBLEMS_DIR / f"{arg.removesuffix('.py')}.py"
+    if builtin.exists():
+        return builtin
+    known = ", ".join(sorted(p.stem for p in PROBLEMS_DIR.glob("*.py") if not p.stem.startswith("_")))
+    raise ProblemError(f"{arg}: no such file and no built-in problem of that name (built-in: {known})")
+
+
+# ----------------------------------------------------------------------------------------- output
+
+
+def _fmt(x: float | None, spec: str = ".3g", suffix: str = "") -> str:
+    return "—" if x is None else f"{x:{spec}}{suffix}"
+
+
+def render(evaluation) -> str:
+    r = evaluation.result
+    lines = [
+        f"{evaluation.problem} · {evaluation.candidate or 'reference only'} · {evaluation.device} · policy {evaluation.policy}"
+    ]
+    lines.append(f"  verdict      {r.status}: {r.reason}")
+    if r.compile:
+        total = sum(c.seconds for c in r.compile)
+        cached = sum(c.cached for c in r.compile)
+        lines.append(f"  compile      {len(r.compile)} kernel source(s) through NVRTC, {total:.3f} s ({cached} cached)")
+    if r.correctness:
+        c = r.correctness
+        ok = sum(k.passed for k in c.checks)
+        lines.append(
+            f"  correctness  {ok}/{len(c.checks)} checks passed (atol={c.atol:g} rtol={c.rtol:g}) · max abs err "
+            f"{_fmt(c.worst('max_abs_error'))} · vs float64 {_fmt(c.worst('max_abs_error_vs_fp64'))} "
+            f"(reference {_fmt(c.worst('reference_abs_error_vs_fp64'))})"
+        )
+    if r.timing:
+        t = r.timing
+        lines.append(
+            f"  timing       {t.method}, interleaved, {t.input_sets} rotating input sets, "
+            f"{t.flush_bytes >> 20} MiB flushed before each call"
+        )
+        lines.append(
+            f"    {'':10} {'median ms':>10} {'p10':>9} {'p90':>9} {'spread':>7} {'trials':>7} {'% roofline':>10}"
+        )
+        for name, s in t.stats.items():
+            pct = evaluation.percent_of_roofline(name)
+            lines.append(
+                f"    {name:10} {s.median_ms:10.4f} {s.p10_ms:9.4f} {s.p90_ms:9.4f} {100 * s.spread:6.1f}% {s.trials:7d} "
+                f"{_fmt(pct, '.1f', '%'):>10}"
+            )
+        sp = evaluation.speedups()
+        if sp:
+            lines.append(
+                f"  speedup      vs eager {_fmt(sp['vs_eager'], '.3f', '×')} · vs compile {_fmt(sp['vs_compile'], '.3f', '×')}"
+                f" · vs best {_fmt(sp['vs_best'], '.3f', '×')} (best reference: {t.best_reference})"
+            )
+    if evaluation.floor:
+        f = evaluation.floor
+        lines.append(
+            f"  roofline     floor {f.floor_ms:.4f} ms, {f.bound}-bound (bytes {f.bytes_ms:.4f} ms, "
+            f"flops {f.flops_ms:.4f} ms at {f.rate_name})"
+        )
+    if r.phases:
+        phases = " · ".join(f"{k} {v:.2f}s" for k, v in r.phases.items())
+        lines.append(f"  phases       {phases} · job {r.wall_s:.2f}s")
+    if r.status not in ("ok", "incorrect") and (r.details or r.stderr_tail):
+        lines.append(
+            "  details      " + (r.details or r.stderr_tail).strip().replace("\n", "\n               ")[-3000:]
+        )
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------- commands
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from sandbox.config import make_sandbox
+    from sandbox.protocol import TimingConfig
+    from tools.device import device_memory_bytes, resolve_device
+    from tools.evaluation import evaluate, read_candidate
+    from tools.problem import load_problem
+
+    device = resolve_device(args.device)
+    problem = load_problem(resolve_problem(args.problem))
+    source = read_candidate(args.candidate)
+    references = tuple(r for r in ("eager", "compile") if not (r == "compile" and args.no_compile))
+    evaluation = evaluate(
+        problem,
+        source,
+        sandbox=make_sandbox(),
+        device=device,  # type: ignore[arg-type]
+        available_bytes=device_memory_bytes(device),
+        candidate_name=str(args.candidate),
+        policy=args.policy,
+        references=references,
+        n_checks=args.checks,
+        seed=args.seed,
+        timing=TimingConfig(min_trials=args.trials, min_seconds=args.min_seconds),
+        timeout_s=args.timeout,
+    )
+    if args.json:
+        print(evaluation.model_dump_json(indent=2))
+    else:
+        print(render(evaluation))
+    return EXIT_OK if evaluation.status == "ok" else EXIT_REJECTED
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Evaluate the built-in reference candidates: full-size problems on a GPU, CPU twins otherwise."""
+    from sandbox.config import make_sandbox
+    from sandbox.protocol import TimingConfig
+    from tools.device import device_memory_bytes, resolve_device
+    from tools.evaluation import evaluate, read_candidate
+    from tools.problem import load_problem
+
+    device = resolve_device(args.device)
+    sandbox = make_sandbox()
+    if device == "cuda":
+        pairs = [
+            ("matmul_4096", "matmul_cuda"),
+            ("softmax_4096x65536", "softmax_cuda"),
+            ("layernorm_16x64x256x256", "layernorm_cuda"),
+        ]
+    else:
+        pairs = [("softmax_small", "softmax_cpu"), ("layernorm_small", "layernorm_cpu"), ("matmul_small", "matmul_cpu")]
+    worst = EXIT_OK
+    for problem_name, candidate_name in pairs:
+        candidate = PROBLEMS_DIR / "candidates" / f"{candidate_name}.py"
+        evaluation = evaluate(
+            load_problem(PROBLEMS_DIR / f"{problem_name}.py"),
+            read_candidate(candidate),
+            sandbox=sandbox,
+            device=device,  # type: ignore[arg-type]
+            available_bytes=device_memory_bytes(device),
+            candidate_name=str(candidate.relative_to(PROJECT_ROOT)),
+            timing=TimingConfig(min_seconds=0.3),
+        )
+        print(render(evaluation), end="\n\n", flush=True)
+        worst = max(worst, EXIT_OK if evaluation.status == "ok" else EXIT_REJECTED)
+    return worst
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    import platform
+
+    import torch
+
+    from tools.compile import c_compiler, nvrtc_version
+    from tools.device import gpu_summary
+
+    def line(name: str, value: str) -> None:
+        print(f"{name:12} {value}")
+
+    line("python", f"{platform.python_version()} ({sys.executable})")
+    line("torch", f"{torch.__version__} (CUDA build: {torch.version.cuda or 'no'})")
+    gpus = gpu_summary()
+    line("gpu", "; ".join(gpus) if gpus else "none visible (the CPU target still works)")
+    for name, probe in (("nvrtc", nvrtc_version), ("c compiler", c_compiler)):
+        try:
+            line(name, probe())
+        except KernelforgeError as exc:
+            line(name, f"MISSING: {exc}")
+    nvcc = shutil.which("nvcc")
+    line(
+        "nvcc",
+        subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        if nvcc
+        else "not found",
+    )
+    try:
+        import cupy
+
+        line("cupy", cupy.__version__)
+    except ImportError:
+        line("cupy", "not installed (needed to run CUDA candidates: pip install 'kernelforge[gpu]')")
+    line("docker", _docker_status())
+    keys = [k for k in PROVIDER_KEYS if os.environ.get(k)]
+    line("llm keys", ", ".join(keys) if keys else "none set (the builtin offline team will be used)")
+    return EXIT_OK
+
+
+def _docker_status() -> str:
+    if not shutil.which("docker"):
+        return "client not installed"
+    import docker
+    from docker.errors import DockerException
+
+    try:
+        client = docker.from_env(timeout=5)
+        version = client.version().get("Version", "?")
+    except DockerException as exc:
+        return f"client installed, engine not reachable ({str(exc).splitlines()[0][:80]})"
+    return f"engine {version} reachable"
+
+
+# --------------------------------------------------------------------------------------------- main
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kforge", description="Search for faster kernels, and trust the number.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress and show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    ev = sub.add_parser("eval", help="verify and time one candidate against a problem's reference")
+    ev.add_argument("problem", help="a KernelBench problem file, or a built-in problem's name")
+    ev.add_argument("candidate", help="a Python file defining ModelNew")
+    ev.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    ev.add_argument(
+        "--policy",
+        default="relaxed",
+        choices=["relaxed", "strict"],
+        help="relaxed: atol=rtol=1e-2; strict: 1e-4 for fp32",
+    )
+    ev.add_argument("--checks", type=int, default=5, help="seeded input sets to compare on (default 5)")
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--trials", type=int, default=100, help="minimum timed calls per contender (default 100)")
+    ev.add_argument("--min-seconds", type=float, default=0.5, help="minimum timing duration (default 0.5)")
+    ev.add_argument("--no-compile", action="store_true", help="skip the torch.compile reference")
+    ev.add_argument("--timeout", type=float, default=600.0, help="wall-clock limit of the job in seconds")
+    ev.add_argument("--json", action="store_true", help="print the full evaluation as JSON")
+    ev.set_defaults(func=cmd_eval)
+
+    demo = sub.add_parser("demo", help="evaluate the built-in reference candidates")
+    demo.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    demo.set_defaults(func=cmd_demo)
+
+    doctor = sub.add_parser("doctor", help="report GPU, CUDA, NVRTC, compiler, Docker and provider keys")
+    doctor.set_defaults(func=cmd_doctor)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.verbose)
+    if getattr(args, "checks", 1) < 1 or getattr(args, "trials", 1) < 1:
+        parser.error("--checks and --trials must be at least 1")
+    try:
+        return args.func(args)
+    except KernelforgeError as exc:
+        if args.verbose:
+            traceback.print_exc()
+        print(f"kforge: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""The local backend: one job, one fresh worker process, its own session, scratch folder and env.
+
+The worker starts in a new process group so a timeout kills everything it spawned; its environment
+is an allow-list (API keys never reach candidate code); its stdout and stderr go to files in a
+private scratch folder and are only ever shown, never parsed; its verdict arrives signed on a pipe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import structlog
+
+from sandbox.channel import unframe
+from sandbox.config import LocalSandboxConfig
+from sandbox.protocol import CeilingsJob, EvalJob, JobResult
+
+log = structlog.get_logger(__name__)
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+GRACE_S = 5.0  # beyond the job's own timeout: interpreter start and imports
+
+
+def _tail(path: Path, limit: int) -> str:
+    if not path.exists():
+        return ""
+    with path.open("rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(0, size - limit))
+        data = f.read()
+    prefix = f"[... {size - limit} bytes cut ...]\n" if size > limit else ""
+    return prefix + data.decode(errors="replace")
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # the group may already be empty: nothing to kill
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+class LocalSandbox:
+    def __init__(self, config: LocalSandboxConfig | None = None) -> None:
+        self.config = config or LocalSandboxConfig()
+
+    def _env(self, scratch: Path) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k in self.config.env_allow}
+        # The worker imports kernelforge from this checkout, plus whatever the parent could import.
+        pythonpath = [str(PROJECT_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        env.update(
+            HOME=str(scratch),
+            TMPDIR=str(scratch / "tmp"),
+            PYTHONPATH=os.pathsep.join(pythonpath),
+            PYTHONDONTWRITEBYTECODE="1",
+            PYTHONUNBUFFERED="1",
+        )
+        if "KFORGE_CACHE_DIR" not in env:
+            # HOME moves to the scratch folder, so pin the shared compile cache where it was.
+            from tools.paths import cache_dir
+
+            env["KFORGE_CACHE_DIR"] = str(cache_dir())
+        return env
+
+    def run(self, job: EvalJob | CeilingsJob) -> JobResult:
+        bound = log.bind(job_id=job.job_id, kind=job.kind)
+        scratch = Path(tempfile.mkdtemp(prefix=f"kforge-{job.job_id}-"))
+        os.chmod(scratch, 0o700)
+        (scratch / "tmp").mkdir()
+        try:
+            return self._run(job, scratch, bound)
+        finally:
+            if not self.config.keep_scratch:
+                # A candidate may leave files it made read-only; what cannot be removed stays in $TMPDIR.
+                shutil.rmtree(scratch, ignore_errors=True)
+
+    def _run(
+        self, job: EvalJob | CeilingsJob, scratch: Path, bound: structlog.typing.FilteringBoundLogger
+    ) -> JobResult:
+        job_path = scratch / "job.json"
+        job_path.write_text(job.model_dump_json())
+        key = secrets.token_bytes(32)
+        read_fd, write_fd = os.pipe()
+        received: list[bytes] = []
+        stdout_path, stderr_path = scratch / "stdout.txt", scratch / "stderr.txt"
+        cmd = [
+            self.config.python or sys.executable,
+            "-m",
+            "sandbox.worker",
+            "--job",
+            str(job_path),
+            "--result-fd",
+            str(write_fd),
+        ]
+        started = time.perf_counter()
+        with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
+            proc = subprocess.Popen(
+                cmd,
+                cwd=scratch,
+                env=self._env(scratch),
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=err,
+                pass_fds=(write_fd,),
+                start_new_session=True,
+            )
+        os.close(write_fd)
+
+        def drain() -> None:
+            with os.fdopen(read_fd, "rb") as pipe:
+                received.append(pipe.read())
+
+        reader = threading.Thread(target=drain, daemon=True)
+        reader.start()
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(key)
+            proc.stdin.close()
+        except BrokenPipeError:
+            bound.warning("worker_exited_before_key")  # it died at start; its exit code says why below
+        timed_out = False
+        try:
+            proc.wait(timeout=job.timeout_s + GRACE_S)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        # Kill the whole group in every case: a candidate may leave children behind.
+        _kill_group(proc.pid)
+        proc.wait()
+        reader.join(timeout=10)
+        wall = time.perf_counter() - started
+        tails = {
+            "stdout_tail": _tail(stdout_path, self.config.output_tail_bytes),
+            "stderr_tail": _tail(stderr_path, self.config.output_tail_bytes),
+        }
+        if timed_out:
+            bound.info("job_timeout", limit_s=job.timeout_s)
+            return JobResult(
+                job_id=job.job_id,
+                status="timeout",
+                reason=f"killed after {job.timeout_s:g} s wall-clock limit",
+                wall_s=round(wall, 4),
+                exit_code=proc.returncode,
+                **tails,
+            )
+        payload, why = unframe(received[0] if received else b"", key)
+        if payload is None:
+            code = proc.returncode
+            how = f"killed by {_signal_name(code)}" if code < 0 else f"exit code {code}"
+            bound.info("job_crashed", exit_code=code, why=why)
+            return JobResult(
+                job_id=job.job_id,
+                status="crashed",
+                reason=f"worker {how}: {why}",
+                wall_s=round(wall, 4),
+                exit_code=code,
+                **tails,
+            )
+        result = JobResult.model_validate_json(payload)
+        result = result.model_copy(update={"wall_s": round(wall, 4), "exit_code": proc.returncode, **tails})
+        bound.info("job_done", status=result.status, wall_s=result.wall_s)
+        return result

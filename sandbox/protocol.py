@@ -1,0 +1,182 @@
+"""The job protocol between the orchestrator and a sandboxed worker.
+
+A ``Job`` carries everything the worker needs as text (problem and candidate sources, options), so
+the same job runs unchanged in a local subprocess or in a container. A ``JobResult`` is the worker's
+verdict; a candidate's crash, hang or wrong answer is a status here, never an exception in the caller.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field
+
+from tools.compile import CompileReport
+
+Device = Literal["cuda", "cpu"]
+Policy = Literal["relaxed", "strict"]
+Contender = Literal["eager", "compile", "candidate"]
+Status = Literal["ok", "compile_error", "runtime_error", "incorrect", "timeout", "crashed"]
+
+STATUS_MEANING: dict[str, str] = {
+    "ok": "compiled, correct on every check, timed",
+    "compile_error": "a kernel did not compile (NVRTC, C compiler or load_inline)",
+    "runtime_error": "an exception while building or running the model (CUDA error, out of memory, ...)",
+    "incorrect": "ran, but an output differs from the reference beyond the tolerance, or inputs were mutated",
+    "timeout": "the job ran past its wall-clock limit and was killed",
+    "crashed": "the worker died without a valid verdict (segfault, exit, tampered result channel)",
+}
+
+
+def new_job_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+class TimingConfig(BaseModel):
+    """How contenders are timed. Trials run until both minimums are met, or a maximum is hit."""
+
+    min_trials: int = Field(100, ge=1)
+    min_seconds: float = Field(0.5, ge=0)
+    max_trials: int = Field(10_000, ge=1)
+    max_seconds: float = Field(20.0, gt=0)
+    warmup_trials: int = Field(5, ge=1)
+    rotate_bytes: int = Field(
+        3 * 60 * 2**20, description="rotate input sets until they span at least this many bytes (3× an H200's L2)"
+    )
+    max_input_sets: int = Field(16, ge=1)
+    flush_cache: bool = Field(True, description="overwrite a buffer larger than the last-level cache before each call")
+
+
+class EvalJob(BaseModel):
+    """Check a candidate against a problem's reference and time them side by side.
+
+    With ``candidate_source`` None the job times the reference alone (the run's baseline).
+    """
+
+    kind: Literal["evaluate"] = "evaluate"
+    job_id: str = Field(default_factory=new_job_id)
+    problem_name: str
+    problem_source: str
+    candidate_name: str = "candidate.py"
+    candidate_source: str | None = None
+    device: Device = "cuda"
+    policy: Policy = "relaxed"
+    n_checks: int = Field(5, ge=1, description="fresh seeded input sets the outputs are compared on")
+    seed: int = 0
+    references: list[Literal["eager", "compile"]] = ["eager", "compile"]
+    timing: TimingConfig = TimingConfig()
+    time_candidate: bool = Field(True, description="False: correctness only")
+    arch: str | None = Field(None, description="NVRTC arch for the compile pre-check; None: the device's")
+    timeout_s: float = Field(600.0, gt=0)
+
+
+class CeilingsJob(BaseModel):
+    """Measure the device's ceilings: copy bandwidth and matmul rates."""
+
+    kind: Literal["ceilings"] = "ceilings"
+    job_id: str = Field(default_factory=new_job_id)
+    device: Device = "cuda"
+    timeout_s: float = Field(300.0, gt=0)
+
+
+Job = Annotated[EvalJob | CeilingsJob, Field(discriminator="kind")]
+
+
+class CheckResult(BaseModel):
+    """One correctness check on one seeded input set."""
+
+    seed: int
+    passed: bool
+    reason: str = ""
+    max_abs_error: float | None = None
+    max_rel_error: float | None = Field(None, description="max |cand - ref| / max(|ref|, atol)")
+    max_abs_error_vs_fp64: float | None = Field(None, description="candidate against the float64 reference")
+    reference_abs_error_vs_fp64: float | None = Field(None, description="the reference itself against float64")
+
+
+class CorrectnessReport(BaseModel):
+    passed: bool
+    policy: Policy
+    atol: float
+    rtol: float
+    checks: list[CheckResult]
+    parameters_copied: int = Field(0, description="reference parameters copied into ModelNew by name")
+
+    def worst(self, field: str) -> float | None:
+        values = [getattr(c, field) for c in self.checks if getattr(c, field) is not None]
+        return max(values) if values else None
+
+
+class TimingStats(BaseModel):
+    """Statistics of one contender's per-call times, in milliseconds."""
+
+    trials: int
+    median_ms: float
+    mean_ms: float
+    min_ms: float
+    p10_ms: float
+    p90_ms: float
+    iqr_ms: float
+    std_ms: float
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range over the median: the relative noise of this measurement."""
+        return self.iqr_ms / self.median_ms if self.median_ms else float("nan")
+
+
+class TimingReport(BaseModel):
+    method: Literal["cuda_events", "perf_counter"]
+    input_sets: int = Field(description="distinct input sets rotated through the timed calls")
+    flush_bytes: int = Field(description="bytes overwritten before each timed call to evict the cache")
+    interleaved: bool = True
+    stats: dict[str, TimingStats]
+    seconds: float = Field(description="wall time of the whole timing phase")
+
+    def speedup(self, baseline: Contender, contender: Contender = "candidate") -> float | None:
+        if baseline not in self.stats or contender not in self.stats:
+            return None
+        return self.stats[baseline].median_ms / self.stats[contender].median_ms
+
+    @property
+    def best_reference(self) -> str | None:
+        refs = [r for r in ("eager", "compile") if r in self.stats]
+        return min(refs, key=lambda r: self.stats[r].median_ms) if refs else None
+
+    @property
+    def speedup_vs_best(self) -> float | None:
+        best = self.best_reference
+        return self.speedup(best) if best else None  # type: ignore[arg-type]
+
+
+class Ceilings(BaseModel):
+    """A device's measured ceilings; the roofline floor of every problem is computed from these."""
+
+    device: Device
+    device_name: str
+    copy_bytes_per_s: float = Field(description="bytes read + bytes written per second, large copy")
+    fp32_flops: float
+    tf32_flops: float | None = None
+    bf16_flops: float | None = None
+    measured_at: str
+    torch_version: str
+
+
+class JobResult(BaseModel):
+    """The worker's verdict on one job."""
+
+    job_id: str
+    status: Status
+    reason: str = Field("", description="one line: why this status")
+    details: str = Field("", description="traceback or compiler log when there is one")
+    compile: list[CompileReport] = []
+    correctness: CorrectnessReport | None = None
+    timing: TimingReport | None = None
+    ceilings: Ceilings | None = None
+    phases: dict[str, float] = Field({}, description="seconds spent in each phase of the worker")
+    environment: dict[str, str] = {}
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    wall_s: float = 0.0
+    exit_code: int | None = None

@@ -1,0 +1,241 @@
+"""The ``kforge`` command, run as a real subprocess: exit codes, one-line errors, JSON output."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBLEMS = ROOT / "problems"
+FIXTURES = ROOT / "tests" / "fixtures" / "candidates"
+SOFTMAX_CPU = "problems/candidates/softmax_cpu.py"
+FAST = ("--device", "cpu", "--no-compile", "--min-seconds", "0.1", "--trials", "20")
+BUILTIN_NAMES = sorted(p.stem for p in PROBLEMS.glob("*.py") if not p.name.startswith("_"))
+
+BAD_PROBLEM = """\
+import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+def get_inputs():
+    raise RuntimeError("no inputs today")
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def kforge(cache: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "KFORGE_CACHE_DIR": str(cache), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "graphs.cli", *args],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
+    """The stderr of a failed command, checked to be a single ``kforge: error:`` line."""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("kforge: error:"), proc.stderr
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+def as_json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert proc.stdout.strip(), proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture
+def bad_problem(tmp_path: Path) -> Path:
+    path = tmp_path / "bad_problem.py"
+    path.write_text(BAD_PROBLEM)
+    return path
+
+
+# ------------------------------------------------------------------------------------- bad input
+
+
+def test_bad_problem_is_one_line_error(kforge_cache: Path, bad_problem: Path) -> None:
+    proc = kforge(kforge_cache, "eval", str(bad_problem), SOFTMAX_CPU, "--device", "cpu")
+    assert proc.returncode == 2, proc.stderr
+    line = one_line_error(proc)
+    assert str(bad_problem) in line
+    assert "get_inputs()" in line and "no inputs today" in line
+    assert proc.stdout == ""
+
+
+@pytest.fixture(scope="module")
+def verbose_bad_problem_run(
+    kforge_cache: Path, tmp_path_factory: pytest.TempPathFactory
+) -> subprocess.CompletedProcess[str]:
+    path = tmp_path_factory.mktemp("verbose") / "bad_problem.py"
+    path.write_text(BAD_PROBLEM)
+    return kforge(kforge_cache, "--verbose", "eval", str(path), SOFTMAX_CPU, "--device", "cpu")
+
+
+def test_bad_problem_verbose_shows_traceback(verbose_bad_problem_run: subprocess.CompletedProcess[str]) -> None:
+    proc = verbose_bad_problem_run
+    assert proc.returncode != 0
+    assert "Traceback" in proc.stderr
+    assert "ProblemError" in proc.stderr
+    assert "no inputs today" in proc.stderr
+
+
+def test_bad_problem_verbose_keeps_exit_code(verbose_bad_problem_run: subprocess.CompletedProcess[str]) -> None:
+    assert verbose_bad_problem_run.returncode == 2
+
+
+def test_missing_candidate(kforge_cache: Path, tmp_path: Path) -> None:
+    missing = tmp_path / "no_such_candidate.py"
+    proc = kforge(kforge_cache, "eval", "problems/softmax_small.py", str(missing), "--device", "cpu")
+    assert proc.returncode == 2, proc.stderr
+    line = one_line_error(proc)
+    assert str(missing) in line and "no such candidate file" in line
+
+
+def test_candidate_python_syntax_error(kforge_cache: Path, tmp_path: Path) -> None:
+    candidate = tmp_path / "broken_candidate.py"
+    candidate.write_text("import torch\n\nclass ModelNew(torch.nn.Module:\n    pass\n")
+    proc = kforge(kforge_cache, "eval", "problems/softmax_small.py", str(candidate), "--device", "cpu")
+    assert proc.returncode == 2, proc.stderr
+    line = one_line_error(proc)
+    assert str(candidate) in line
+    assert "syntax error at line 3" in line
+
+
+def test_unknown_problem_name_lists_builtins(kforge_cache: Path) -> None:
+    proc = kforge(kforge_cache, "eval", "no_such_problem_xyz", SOFTMAX_CPU, "--device", "cpu")
+    assert proc.returncode == 2, proc.stderr
+    line = one_line_error(proc)
+    assert "no_such_problem_xyz" in line
+    assert BUILTIN_NAMES
+    for name in BUILTIN_NAMES:
+        assert name in line
+
+
+def test_bad_option_value(kforge_cache: Path) -> None:
+    proc = kforge(kforge_cache, "eval", "softmax_small", SOFTMAX_CPU, "--device", "cpu", "--trials", "0")
+    assert proc.returncode == 2
+    assert "--trials" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
+def test_device_cuda_without_gpu(kforge_cache: Path) -> None:
+    proc = kforge(kforge_cache, "eval", "softmax_small", SOFTMAX_CPU, "--device", "cuda")
+    assert proc.returncode == 3, proc.stderr
+    line = one_line_error(proc)
+    assert "GPU" in line or "cuda" in line.lower()
+
+
+# ------------------------------------------------------------------------------------ evaluations
+
+
+def test_eval_correct_cpu_candidate(kforge_cache: Path) -> None:
+    proc = kforge(kforge_cache, "eval", "problems/softmax_small.py", SOFTMAX_CPU, *FAST, "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    evaluation = as_json(proc)
+    assert evaluation["problem"] == "softmax_small"
+    assert evaluation["candidate"] == SOFTMAX_CPU
+    assert evaluation["device"] == "cpu"
+    result = evaluation["result"]
+    assert result["status"] == "ok", result["reason"]
+
+    correctness = result["correctness"]
+    assert correctness["passed"] is True
+    assert len(correctness["checks"]) == 5
+    assert all(check["passed"] for check in correctness["checks"])
+    assert len({check["seed"] for check in correctness["checks"]}) == 5
+    assert all(check["max_abs_error"] <= 1e-2 for check in correctness["checks"])
+
+    stats = result["timing"]["stats"]
+    assert set(stats) == {"eager", "candidate"}  # --no-compile: no torch.compile contender
+    for name in ("eager", "candidate"):
+        assert stats[name]["trials"] >= 20
+        assert 0 < stats[name]["min_ms"] <= stats[name]["median_ms"]
+
+    floor = evaluation["floor"]
+    assert floor is not None
+    assert floor["floor_ms"] > 0
+    assert floor["bound"] in ("memory", "compute")
+    assert evaluation["ceilings"]["device"] == "cpu"
+
+
+def test_eval_wrong_cpu_candidate(kforge_cache: Path) -> None:
+    candidate = str(FIXTURES / "wrong_softmax_cpu.py")
+    proc = kforge(kforge_cache, "eval", "problems/softmax_small.py", candidate, *FAST, "--json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    result = as_json(proc)["result"]
+    assert result["status"] == "incorrect"
+    assert result["correctness"]["passed"] is False
+    assert not any(check["passed"] for check in result["correctness"]["checks"])
+
+
+def test_eval_c_compile_error(kforge_cache: Path) -> None:
+    path = FIXTURES / "syntax_error_cpu.py"
+    proc = kforge(kforge_cache, "eval", "problems/softmax_small.py", str(path), *FAST, "--json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    result = as_json(proc)["result"]
+    assert result["status"] == "compile_error"
+    assert "row_max" in result["reason"]
+    # The fixture documents its lines as counted from `C_SRC = r"""` (C line 1).
+    lines = path.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith('C_SRC = r"""'))
+    marked = next(i for i, line in enumerate(lines) if "COMPILE ERROR ON THIS LINE" in line)
+    assert f"line {marked - start + 1}" in result["reason"]
+    assert result["timing"] is None
+
+
+def test_builtin_problem_by_name(kforge_cache: Path) -> None:
+    candidate = str(FIXTURES / "syntax_error_cpu.py")
+    proc = kforge(kforge_cache, "eval", "softmax_small", candidate, *FAST, "--json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    evaluation = as_json(proc)
+    assert evaluation["problem"] == "softmax_small"
+    assert Path(evaluation["problem_path"]).resolve() == PROBLEMS / "softmax_small.py"
+    assert evaluation["result"]["status"] == "compile_error"
+
+
+def test_eval_text_output(kforge_cache: Path) -> None:
+    candidate = str(FIXTURES / "wrong_softmax_cpu.py")
+    proc = kforge(kforge_cache, "eval", "softmax_small", candidate, *FAST, "--checks", "2")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "verdict      incorrect:" in proc.stdout
+    assert "0/2 checks passed" in proc.stdout
+
+
+# ----------------------------------------------------------------------------------------- doctor
+
+
+def test_doctor(kforge_cache: Path) -> None:
+    proc = kforge(kforge_cache, "doctor", env={"OPENAI_API_KEY": "sk-test"})
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^nvrtc\s+\d+\.\d+\s*$", proc.stdout, re.MULTILINE), proc.stdout
+    assert re.search(r"^python\s+3\.", proc.stdout, re.MULTILINE)
+    assert re.search(r"^torch\s+", proc.stdout, re.MULTILINE)
+    keys = re.search(r"^llm keys\s+(.*)$", proc.stdout, re.MULTILINE)
+    assert keys is not None, proc.stdout
+    assert "OPENAI_API_KEY" in keys.group(1)
+    assert "sk-test" not in proc.stdout
+    assert "sk-test" not in proc.stderr

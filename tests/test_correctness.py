@@ -1,0 +1,93 @@
+"""The comparison rules, on tensors made here (no candidate code involved)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tools.correctness import compare, mutated_inputs, tolerance
+
+
+def ref() -> torch.Tensor:
+    return torch.randn(64, 128, generator=torch.Generator().manual_seed(0))
+
+
+def test_exact_match_passes_with_errors_reported() -> None:
+    e = ref()
+    result = compare(e.clone(), [e], [e.double()], "relaxed", seed=1)
+    assert result.passed
+    assert result.max_abs_error == 0.0
+    assert result.max_abs_error_vs_fp64 == 0.0
+
+
+@pytest.mark.parametrize(("policy", "passes"), [("relaxed", True), ("strict", False)])
+def test_tf32_sized_error_passes_relaxed_only(policy: str, passes: bool) -> None:
+    e = ref()
+    # A relative error of 1e-3, about what TF32 leaves: inside 1e-2, outside 1e-4.
+    result = compare(e * (1 + 1e-3), [e], None, policy, seed=1)  # type: ignore[arg-type]
+    assert result.passed is passes
+
+
+def test_error_beyond_tolerance_fails_with_count() -> None:
+    e = ref()
+    a = e.clone()
+    a[3, 4] += 1.0
+    result = compare(a, [e], None, "relaxed", seed=7)
+    assert not result.passed
+    assert "1 of 8192 values" in result.reason
+    assert result.seed == 7
+
+
+def test_nan_fails_even_where_the_tolerance_is_huge() -> None:
+    e = ref()
+    a = e.clone()
+    a[0, 0] = float("nan")
+    assert "NaN" in compare(a, [e], None, "relaxed", seed=1).reason
+
+
+def test_inf_where_reference_is_finite_fails() -> None:
+    e = ref()
+    a = e.clone()
+    a[1, 1] = float("inf")
+    assert not compare(a, [e], None, "relaxed", seed=1).passed
+
+
+@pytest.mark.parametrize(
+    ("actual", "reason"),
+    [
+        (torch.zeros(64, 127), "shape"),
+        (torch.zeros(64, 128, dtype=torch.float64), "dtype"),
+        ((torch.zeros(64, 128), torch.zeros(1)), "returned 2 outputs"),
+        ("not a tensor", "not a plain torch.Tensor"),
+    ],
+)
+def test_structure_shape_dtype_are_checked(actual: object, reason: str) -> None:
+    result = compare(actual, [ref()], None, "relaxed", seed=1)
+    assert not result.passed and reason in result.reason
+
+
+def test_tensor_subclass_is_rejected() -> None:
+    class Lazy(torch.Tensor):
+        pass
+
+    e = ref()
+    assert "not a plain torch.Tensor" in compare(e.clone().as_subclass(Lazy), [e], None, "relaxed", seed=1).reason
+
+
+def test_tuple_outputs_compare_elementwise() -> None:
+    a, b = ref(), ref() * 2
+    assert compare((a.clone(), b.clone()), [a, b], None, "strict", seed=1).passed
+    assert not compare((b.clone(), a.clone()), [a, b], None, "strict", seed=1).passed
+
+
+def test_tolerances() -> None:
+    assert tolerance("relaxed", torch.float32) == (1e-2, 1e-2)
+    assert tolerance("strict", torch.float32) == (1e-4, 1e-4)
+    assert tolerance("strict", torch.bfloat16) == (1e-2, 1e-2)
+
+
+def test_mutated_inputs() -> None:
+    x, y = ref(), ref()
+    used = [x.clone(), y.clone(), 3]
+    used[1][0, 0] += 1
+    assert mutated_inputs([x, y, 3], used) == [1]

@@ -1,0 +1,74 @@
+"""The evaluation core on a real GPU: the three research problems at full size (``gpu`` marker)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sandbox.local import LocalSandbox
+from sandbox.protocol import CeilingsJob, EvalJob, JobResult, TimingConfig
+from tests.conftest import CANDIDATES, FIXTURES, PROBLEMS
+
+pytestmark = pytest.mark.gpu
+QUICK = TimingConfig(min_trials=10, min_seconds=0.0, warmup_trials=2)
+OPS = {"matmul": "matmul_4096", "softmax": "softmax_4096x65536", "layernorm": "layernorm_16x64x256x256"}
+
+
+def run(problem: str, candidate: Path, **kw: object) -> JobResult:
+    job = EvalJob(
+        problem_name=f"{problem}.py",
+        problem_source=(PROBLEMS / f"{problem}.py").read_text(),
+        candidate_name=candidate.name,
+        candidate_source=candidate.read_text(),
+        device="cuda",
+        references=["eager"],
+        timing=QUICK,
+        timeout_s=300,
+        **kw,  # type: ignore[arg-type]
+    )
+    return LocalSandbox().run(job)
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_reference_cuda_candidate_is_correct(op: str) -> None:
+    result = run(OPS[op], CANDIDATES / f"{op}_cuda.py")
+    assert result.status == "ok", result.reason + result.details
+    assert result.compile and all(r.ok and r.target == "nvrtc" for r in result.compile)
+    assert result.timing is not None and result.timing.method == "cuda_events"
+    assert result.timing.stats["candidate"].median_ms > 0
+    assert result.environment["arch"] == "sm_90"
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_wrong_cuda_candidate_is_incorrect(op: str) -> None:
+    result = run(OPS[op], FIXTURES / "candidates" / f"wrong_{op}_cuda.py", time_candidate=False)
+    assert result.status == "incorrect", result.reason
+
+
+def test_strict_policy_holds_the_fp32_matmul_to_1e4() -> None:
+    result = run("matmul_4096", CANDIDATES / "matmul_cuda.py", policy="strict", time_candidate=False)
+    assert result.status == "ok", result.reason
+    assert result.correctness is not None and result.correctness.atol == 1e-4
+
+
+def test_cuda_compile_error_points_at_the_candidate_line() -> None:
+    path = FIXTURES / "candidates" / "syntax_error_cuda.py"
+    marked = next(i for i, line in enumerate(path.read_text().splitlines(), 1) if "COMPILE ERROR ON THIS LINE" in line)
+    result = run("softmax_4096x65536", path)
+    assert result.status == "compile_error"
+    assert f"line {marked}" in result.reason
+
+
+def test_illegal_memory_access_is_a_status_not_a_crash_of_the_caller() -> None:
+    result = run("softmax_4096x65536", FIXTURES / "hostile" / "cuda_illegal_access.py")
+    assert result.status in ("runtime_error", "crashed")
+    assert "illegal" in (result.reason + result.details + result.stderr_tail).lower()
+
+
+def test_cuda_ceilings_are_plausible_for_a_datacenter_gpu() -> None:
+    result = LocalSandbox().run(CeilingsJob(device="cuda"))
+    assert result.status == "ok" and result.ceilings is not None
+    c = result.ceilings
+    assert c.copy_bytes_per_s > 1e12
+    assert c.tf32_flops is not None and c.tf32_flops > c.fp32_flops

@@ -1,0 +1,130 @@
+"""Evaluate a candidate end to end: validate inputs here, run the job in a sandbox, add the roofline.
+
+This is the one entry point the CLI and the agent graph share, so a verdict means the same thing
+wherever it was produced.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import structlog
+from pydantic import BaseModel
+
+from sandbox.config import Sandbox
+from sandbox.protocol import Ceilings, CeilingsJob, Device, EvalJob, JobResult, Policy, TimingConfig
+from tools.errors import CandidateError, EnvironmentProblem
+from tools.problem import Problem, check_fits
+from tools.roofline import Floor, cached_ceilings, floor, percent_of_roofline, store_ceilings
+
+log = structlog.get_logger(__name__)
+
+
+class Evaluation(BaseModel):
+    """A job's verdict put in context: the problem, its roofline floor and the speedups."""
+
+    problem: str
+    problem_path: str
+    candidate: str | None
+    device: Device
+    policy: Policy
+    result: JobResult
+    ceilings: Ceilings | None = None
+    floor: Floor | None = None
+
+    @property
+    def status(self) -> str:
+        return self.result.status
+
+    def speedups(self) -> dict[str, float | None]:
+        timing = self.result.timing
+        if timing is None or "candidate" not in timing.stats:
+            return {}
+        return {
+            "vs_eager": timing.speedup("eager"),
+            "vs_compile": timing.speedup("compile"),
+            "vs_best": timing.speedup_vs_best,
+        }
+
+    def percent_of_roofline(self, contender: str = "candidate") -> float | None:
+        timing = self.result.timing
+        if self.floor is None or timing is None or contender not in timing.stats:
+            return None
+        return percent_of_roofline(self.floor.floor_ms, timing.stats[contender].median_ms)
+
+
+def read_candidate(path: str | Path) -> str:
+    path = Path(path)
+    if not path.is_file():
+        raise CandidateError(f"{path}: no such candidate file")
+    try:
+        source = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise CandidateError(f"{path}: not a UTF-8 text file") from exc
+    try:
+        compile(source, str(path), "exec")
+    except SyntaxError as exc:
+        raise CandidateError(f"{path}: Python syntax error at line {exc.lineno}: {exc.msg}") from exc
+    return source
+
+
+def get_ceilings(sandbox: Sandbox, device: Device, device_name: str, refresh: bool = False) -> Ceilings:
+    """The device's ceilings from the cache, measured in the sandbox on first use."""
+    if not refresh and (cached := cached_ceilings(device, device_name)):
+        return cached
+    log.info("measuring_ceilings", device=device, device_name=device_name)
+    result = sandbox.run(CeilingsJob(device=device))
+    if result.status != "ok" or result.ceilings is None:
+        raise EnvironmentProblem(f"measuring the {device} ceilings failed: {result.reason}")
+    store_ceilings(result.ceilings, device_name)
+    return result.ceilings
+
+
+def evaluate(
+    problem: Problem,
+    candidate_source: str | None,
+    *,
+    sandbox: Sandbox,
+    device: Device,
+    available_bytes: int,
+    candidate_name: str = "candidate.py",
+    policy: Policy = "relaxed",
+    references: tuple[str, ...] = ("eager", "compile"),
+    n_checks: int = 5,
+    seed: int = 0,
+    timing: TimingConfig | None = None,
+    timeout_s: float = 600.0,
+    with_roofline: bool = True,
+) -> Evaluation:
+    check_fits(problem.info, device, available_bytes)
+    job = EvalJob(
+        problem_name=str(problem.path),
+        problem_source=problem.source,
+        candidate_name=candidate_name,
+        candidate_source=candidate_source,
+        device=device,
+        policy=policy,
+        n_checks=n_checks,
+        seed=seed,
+        references=list(references),  # type: ignore[arg-type]
+        timing=timing or TimingConfig(),
+        timeout_s=timeout_s,
+    )
+    bound = log.bind(job_id=job.job_id, problem=problem.name, candidate=candidate_name)
+    bound.info("evaluate_start", device=device, policy=policy)
+    result = sandbox.run(job)
+    evaluation = Evaluation(
+        problem=problem.name,
+        problem_path=str(problem.path),
+        candidate=candidate_name if candidate_source is not None else None,
+        device=device,
+        policy=policy,
+        result=result,
+    )
+    device_name = result.environment.get("gpu") or result.environment.get("cpu")
+    if with_roofline and result.timing is not None and device_name:
+        ceilings = get_ceilings(sandbox, device, device_name)
+        evaluation.ceilings = ceilings
+        evaluation.floor = floor(problem.info, ceilings, policy)
+    bound.info("evaluate_done", status=result.status, speedups=evaluation.speedups())
+    return evaluation
