@@ -19,6 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from sandbox.config import LocalSandboxConfig  # noqa: E402
 from sandbox.local import LocalSandbox  # noqa: E402
 from sandbox.protocol import EvalJob  # noqa: E402
 
@@ -35,8 +36,11 @@ def cli_eval(problem: str, candidate: Path) -> dict:
     return {"exit_code": proc.returncode, "wall_s": wall, "evaluation": data}
 
 
-def job(problem: str, candidate: Path, references: list[str]) -> dict:
-    result = LocalSandbox().run(
+SANDBOXES = {"prefork": LocalSandbox(), "subprocess": LocalSandbox(LocalSandboxConfig(prefork=False))}
+
+
+def job(problem: str, candidate: Path, references: list[str], mode: str = "prefork") -> dict:
+    result = SANDBOXES[mode].run(
         EvalJob(
             problem_name=f"{problem}.py",
             problem_source=(ROOT / "problems" / f"{problem}.py").read_text(),
@@ -87,27 +91,30 @@ def main() -> None:
     #    and the spread of the candidate's median over repeated evaluations.
     md += [
         "",
-        "| problem | references | runs | job wall median s | startup s | candidate medians ms | spread (max-min)/median |",
-        "|---|---|---|---|---|---|---|",
+        "| problem | launch | references | runs | job wall median s | startup s | candidate medians ms | spread |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     walls = []
+    configs = [("prefork", ["eager"], args.repeats), ("prefork", ["eager", "compile"], 2), ("subprocess", ["eager"], 2)]
     for op, problem in PROBLEMS.items():
         cand = ROOT / "problems" / "candidates" / f"{op}_cuda.py"
-        for refs in (["eager"], ["eager", "compile"]):
-            runs = [job(problem, cand, refs) for _ in range(args.repeats if refs == ["eager"] else 2)]
-            record["latency"][f"{problem}:{'+'.join(refs)}"] = runs
+        for mode, refs, n in configs:
+            runs = [job(problem, cand, refs, mode) for _ in range(n)]
+            record["latency"][f"{problem}:{mode}:{'+'.join(refs)}"] = runs
             w = [r["result"]["wall_s"] for r in runs]
-            if refs == ["eager"]:
+            if (mode, refs) == ("prefork", ["eager"]):
                 walls += w
             meds = [r["result"]["timing"]["stats"]["candidate"]["median_ms"] for r in runs if r["result"]["timing"]]
             spread = (max(meds) - min(meds)) / statistics.median(meds) if meds else float("nan")
             md.append(
-                f"| {problem} | {'+'.join(refs)} | {len(runs)} | {statistics.median(w):.2f} | "
-                f"{statistics.median(r['startup_s'] for r in runs):.2f} | {', '.join(f'{m:.4f}' for m in meds)} | {100 * spread:.2f}% |"
+                f"| {problem} | {mode} | {'+'.join(refs)} | {len(runs)} | {statistics.median(w):.2f} | "
+                f"{statistics.median(r['startup_s'] for r in runs):.2f} | {', '.join(f'{m:.4f}' for m in meds)} | "
+                f"{100 * spread:.2f}% |"
             )
             print(md[-1], flush=True)
     md.append(
-        f"\nMedian NVRTC candidate evaluation (eager reference, {len(walls)} jobs): {statistics.median(walls):.2f} s"
+        f"\nMedian NVRTC candidate evaluation (prefork, eager reference, {len(walls)} jobs): "
+        f"{statistics.median(walls):.2f} s"
     )
     print(md[-1], flush=True)
 

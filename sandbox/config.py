@@ -40,6 +40,9 @@ class LocalSandboxConfig(BaseModel):
     python: str | None = Field(None, description="interpreter for the worker; None: this one")
     env_allow: tuple[str, ...] = DEFAULT_ENV_ALLOW
     keep_scratch: bool = Field(False, description="keep each job's scratch folder for debugging")
+    prefork: bool = Field(
+        True, description="fork workers from a server that has imported torch (saves seconds per job)"
+    )
     output_tail_bytes: int = 4096
 
 

@@ -23,6 +23,7 @@ import structlog
 
 from sandbox.channel import unframe
 from sandbox.config import LocalSandboxConfig
+from sandbox.prefork import ForkedProcess, ForkServerClient, ForkServerDied
 from sandbox.protocol import CeilingsJob, EvalJob, JobResult
 
 log = structlog.get_logger(__name__)
@@ -56,6 +57,46 @@ def _signal_name(code: int) -> str:
 class LocalSandbox:
     def __init__(self, config: LocalSandboxConfig | None = None) -> None:
         self.config = config or LocalSandboxConfig()
+        self._forkserver: ForkServerClient | None = None
+        self._forkserver_lock = threading.Lock()
+
+    @property
+    def python(self) -> str:
+        return self.config.python or sys.executable
+
+    def close(self) -> None:
+        """Stop the fork server, if one was started."""
+        with self._forkserver_lock:
+            if self._forkserver is not None:
+                self._forkserver.close()
+                self._forkserver = None
+
+    def _fork_server(self) -> ForkServerClient:
+        with self._forkserver_lock:
+            if self._forkserver is None or not self._forkserver.alive:
+                home = Path(tempfile.mkdtemp(prefix="kforge-forkserver-"))
+                self._forkserver = ForkServerClient(self.python, self._env(home))
+            return self._forkserver
+
+    def _launch(
+        self, job: EvalJob | CeilingsJob, scratch: Path, fds: list[int], job_path: Path
+    ) -> subprocess.Popen[bytes] | ForkedProcess:
+        """Start the worker on (key pipe, stdout, stderr, verdict pipe): forked, or a new interpreter."""
+        key_fd, out_fd, err_fd, verdict_fd = fds
+        args = ["--job", str(job_path), "--result-fd", str(verdict_fd)]
+        if self.config.prefork:
+            request = {"job": str(job_path), "cwd": str(scratch), "env": self._env(scratch)}
+            return self._fork_server().spawn(job.job_id, request, fds)
+        return subprocess.Popen(
+            [self.python, "-m", "sandbox.worker", *args],
+            cwd=scratch,
+            env=self._env(scratch),
+            stdin=key_fd,
+            stdout=out_fd,
+            stderr=err_fd,
+            pass_fds=(verdict_fd,),
+            start_new_session=True,
+        )
 
     def _env(self, scratch: Path) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k in self.config.env_allow}
@@ -93,52 +134,37 @@ class LocalSandbox:
         job_path = scratch / "job.json"
         job_path.write_text(job.model_dump_json())
         key = secrets.token_bytes(32)
+        key_r, key_w = os.pipe()
+        os.write(key_w, key)  # 32 bytes always fit in the pipe's buffer
+        os.close(key_w)
         read_fd, write_fd = os.pipe()
         received: list[bytes] = []
         stdout_path, stderr_path = scratch / "stdout.txt", scratch / "stderr.txt"
-        cmd = [
-            self.config.python or sys.executable,
-            "-m",
-            "sandbox.worker",
-            "--job",
-            str(job_path),
-            "--result-fd",
-            str(write_fd),
-        ]
-        started = time.perf_counter()
-        with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
-            proc = subprocess.Popen(
-                cmd,
-                cwd=scratch,
-                env=self._env(scratch),
-                stdin=subprocess.PIPE,
-                stdout=out,
-                stderr=err,
-                pass_fds=(write_fd,),
-                start_new_session=True,
-            )
-        os.close(write_fd)
 
         def drain() -> None:
             with os.fdopen(read_fd, "rb") as pipe:
                 received.append(pipe.read())
 
+        started = time.perf_counter()
+        with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
+            try:
+                proc = self._launch(job, scratch, [key_r, out.fileno(), err.fileno(), write_fd], job_path)
+            finally:
+                os.close(key_r)
+                os.close(write_fd)
         reader = threading.Thread(target=drain, daemon=True)
         reader.start()
-        assert proc.stdin is not None
-        try:
-            proc.stdin.write(key)
-            proc.stdin.close()
-        except BrokenPipeError:
-            bound.warning("worker_exited_before_key")  # it died at start; its exit code says why below
-        timed_out = False
+        timed_out = server_died = False
         try:
             proc.wait(timeout=job.timeout_s + GRACE_S)
         except subprocess.TimeoutExpired:
             timed_out = True
+        except ForkServerDied:
+            server_died = True
         # Kill the whole group in every case: a candidate may leave children behind.
         _kill_group(proc.pid)
-        proc.wait()
+        if timed_out:
+            proc.wait()
         reader.join(timeout=10)
         wall = time.perf_counter() - started
         tails = {
@@ -158,7 +184,10 @@ class LocalSandbox:
         payload, why = unframe(received[0] if received else b"", key)
         if payload is None:
             code = proc.returncode
-            how = f"killed by {_signal_name(code)}" if code < 0 else f"exit code {code}"
+            if server_died:
+                how = "lost with the fork server"
+            else:
+                how = f"killed by {_signal_name(code)}" if code is not None and code < 0 else f"exit code {code}"
             bound.info("job_crashed", exit_code=code, why=why)
             return JobResult(
                 job_id=job.job_id,

@@ -6,16 +6,18 @@ from pathlib import Path
 
 import pytest
 
+from sandbox.config import LocalSandboxConfig
 from sandbox.local import LocalSandbox
 from sandbox.protocol import CeilingsJob, EvalJob, JobResult, TimingConfig
 from tests.conftest import CANDIDATES, FIXTURES, PROBLEMS
 
 pytestmark = pytest.mark.gpu
 QUICK = TimingConfig(min_trials=10, min_seconds=0.0, warmup_trials=2)
+SANDBOX = LocalSandbox()  # one fork server for the module
 OPS = {"matmul": "matmul_4096", "softmax": "softmax_4096x65536", "layernorm": "layernorm_16x64x256x256"}
 
 
-def run(problem: str, candidate: Path, **kw: object) -> JobResult:
+def run(problem: str, candidate: Path, sandbox: LocalSandbox = SANDBOX, **kw: object) -> JobResult:
     job = EvalJob(
         problem_name=f"{problem}.py",
         problem_source=(PROBLEMS / f"{problem}.py").read_text(),
@@ -27,7 +29,7 @@ def run(problem: str, candidate: Path, **kw: object) -> JobResult:
         timeout_s=300,
         **kw,  # type: ignore[arg-type]
     )
-    return LocalSandbox().run(job)
+    return sandbox.run(job)
 
 
 @pytest.mark.parametrize("op", sorted(OPS))
@@ -44,6 +46,12 @@ def test_reference_cuda_candidate_is_correct(op: str) -> None:
 def test_wrong_cuda_candidate_is_incorrect(op: str) -> None:
     result = run(OPS[op], FIXTURES / "candidates" / f"wrong_{op}_cuda.py", time_candidate=False)
     assert result.status == "incorrect", result.reason
+
+
+def test_a_new_interpreter_per_job_gives_the_same_verdict() -> None:
+    plain = LocalSandbox(LocalSandboxConfig(prefork=False))
+    result = run("softmax_4096x65536", CANDIDATES / "softmax_cuda.py", sandbox=plain)
+    assert result.status == "ok", result.reason + result.details
 
 
 def test_strict_policy_holds_the_fp32_matmul_to_1e4() -> None:
@@ -67,7 +75,7 @@ def test_illegal_memory_access_is_a_status_not_a_crash_of_the_caller() -> None:
 
 
 def test_cuda_ceilings_are_plausible_for_a_datacenter_gpu() -> None:
-    result = LocalSandbox().run(CeilingsJob(device="cuda"))
+    result = SANDBOX.run(CeilingsJob(device="cuda"))
     assert result.status == "ok" and result.ceilings is not None
     c = result.ceilings
     assert c.copy_bytes_per_s > 1e12

@@ -1,6 +1,7 @@
 """The local backend for real: a fresh worker process per job, and candidates that misbehave.
 
-Every job here runs the real worker on the CPU twin of the softmax problem.
+Every job here runs the real worker on the CPU twin of the softmax problem, in both launch modes:
+forked from the fork server (the default) and as a new interpreter.
 """
 
 from __future__ import annotations
@@ -11,15 +12,27 @@ from pathlib import Path
 
 import pytest
 
+from sandbox.config import LocalSandboxConfig
 from sandbox.local import LocalSandbox
 from sandbox.protocol import EvalJob, JobResult, TimingConfig
 from tests.conftest import CANDIDATES, FIXTURES, PROBLEMS
 
 HOSTILE = FIXTURES / "hostile"
 QUICK = TimingConfig(min_trials=10, min_seconds=0.0, warmup_trials=2)
+SANDBOXES = {
+    "prefork": LocalSandbox(LocalSandboxConfig(prefork=True)),
+    "subprocess": LocalSandbox(LocalSandboxConfig(prefork=False)),
+}
 
 
-def run(candidate: Path | None, *, timeout_s: float = 60, time_it: bool = False, **kw: object) -> JobResult:
+@pytest.fixture(params=sorted(SANDBOXES))
+def sandbox(request: pytest.FixtureRequest) -> LocalSandbox:
+    return SANDBOXES[request.param]
+
+
+def run(
+    sandbox: LocalSandbox, candidate: Path | None, *, timeout_s: float = 60, time_it: bool = False, **kw: object
+) -> JobResult:
     job = EvalJob(
         problem_name="softmax_small.py",
         problem_source=(PROBLEMS / "softmax_small.py").read_text(),
@@ -32,11 +45,11 @@ def run(candidate: Path | None, *, timeout_s: float = 60, time_it: bool = False,
         timeout_s=timeout_s,
         **kw,  # type: ignore[arg-type]
     )
-    return LocalSandbox().run(job)
+    return sandbox.run(job)
 
 
-def test_correct_cpu_candidate_is_ok_and_timed() -> None:
-    result = run(CANDIDATES / "softmax_cpu.py", time_it=True)
+def test_correct_cpu_candidate_is_ok_and_timed(sandbox: LocalSandbox) -> None:
+    result = run(sandbox, CANDIDATES / "softmax_cpu.py", time_it=True)
     assert result.status == "ok", result.reason + result.details
     assert result.correctness is not None and len(result.correctness.checks) == 5
     assert all(c.passed for c in result.correctness.checks)
@@ -47,71 +60,71 @@ def test_correct_cpu_candidate_is_ok_and_timed() -> None:
     assert result.exit_code == 0
 
 
-def test_wrong_candidate_is_incorrect() -> None:
-    result = run(FIXTURES / "candidates" / "wrong_softmax_cpu.py")
+def test_wrong_candidate_is_incorrect(sandbox: LocalSandbox) -> None:
+    result = run(sandbox, FIXTURES / "candidates" / "wrong_softmax_cpu.py")
     assert result.status == "incorrect"
     assert "outside atol=0.01" in result.reason
 
 
-def test_c_compile_error_is_compile_error() -> None:
-    result = run(FIXTURES / "candidates" / "syntax_error_cpu.py")
+def test_c_compile_error_is_compile_error(sandbox: LocalSandbox) -> None:
+    result = run(sandbox, FIXTURES / "candidates" / "syntax_error_cpu.py")
     assert result.status == "compile_error", result.reason
     assert "line" in result.reason
 
 
-def test_nan_never_passes() -> None:
-    result = run(HOSTILE / "nan_output.py")
+def test_nan_never_passes(sandbox: LocalSandbox) -> None:
+    result = run(sandbox, HOSTILE / "nan_output.py")
     assert result.status == "incorrect"
     assert "NaN" in result.reason
 
 
-def test_segfault_is_crashed() -> None:
-    result = run(HOSTILE / "segfault.py")
+def test_segfault_is_crashed(sandbox: LocalSandbox) -> None:
+    result = run(sandbox, HOSTILE / "segfault.py")
     assert result.status == "crashed"
     assert "SIGSEGV" in result.reason
 
 
-def test_exit_zero_is_crashed() -> None:
-    result = run(HOSTILE / "exit_zero.py")
+def test_exit_zero_is_crashed(sandbox: LocalSandbox) -> None:
+    result = run(sandbox, HOSTILE / "exit_zero.py")
     assert result.status == "crashed"
     assert "no verdict" in result.reason
 
 
-def test_host_hang_is_timeout() -> None:
-    result = run(HOSTILE / "hang.py", timeout_s=3)
+def test_host_hang_is_timeout(sandbox: LocalSandbox) -> None:
+    result = run(sandbox, HOSTILE / "hang.py", timeout_s=3)
     assert result.status == "timeout"
     assert result.wall_s < 3 + 5 + 5  # limit + interpreter grace + slack
 
 
-def test_exception_is_runtime_error() -> None:
-    result = run(HOSTILE / "raises.py")
+def test_exception_is_runtime_error(sandbox: LocalSandbox) -> None:
+    result = run(sandbox, HOSTILE / "raises.py")
     assert result.status == "runtime_error"
     assert "ValueError: this kernel is not implemented" in result.reason
     assert "Traceback" in result.details
 
 
-def test_missing_modelnew_is_runtime_error() -> None:
-    result = run(HOSTILE / "no_modelnew.py")
+def test_missing_modelnew_is_runtime_error(sandbox: LocalSandbox) -> None:
+    result = run(sandbox, HOSTILE / "no_modelnew.py")
     assert result.status == "runtime_error"
     assert "ModelNew" in result.reason
 
 
-def test_fake_verdict_on_stdout_is_not_believed() -> None:
-    result = run(HOSTILE / "fake_verdict.py")
+def test_fake_verdict_on_stdout_is_not_believed(sandbox: LocalSandbox) -> None:
+    result = run(sandbox, HOSTILE / "fake_verdict.py")
     assert result.status == "crashed"
     assert '"status": "ok"' in result.stdout_tail  # it printed it; nobody listened
 
 
-def test_forged_result_channel_is_rejected() -> None:
-    result = run(HOSTILE / "forge_channel.py")
+def test_forged_result_channel_is_rejected(sandbox: LocalSandbox) -> None:
+    result = run(sandbox, HOSTILE / "forge_channel.py")
     assert result.status == "crashed"
     assert "did not write" in result.reason or "signature" in result.reason
 
 
-def test_api_keys_never_reach_the_candidate(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_api_keys_never_reach_the_candidate(sandbox: LocalSandbox, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-value")
     monkeypatch.setenv("GITHUB_TOKEN", "ghp-secret-value")
-    result = run(HOSTILE / "read_env.py")
+    result = run(sandbox, HOSTILE / "read_env.py")
     assert result.status == "ok", result.reason
     line = next(x for x in result.stdout_tail.splitlines() if x.startswith("ENV:"))
     assert "ENV: none" in line
@@ -119,8 +132,8 @@ def test_api_keys_never_reach_the_candidate(monkeypatch: pytest.MonkeyPatch) -> 
     assert home != os.environ.get("HOME") and "kforge-" in home  # a private scratch folder
 
 
-def test_children_left_behind_are_killed() -> None:
-    result = run(HOSTILE / "leave_child.py")
+def test_children_left_behind_are_killed(sandbox: LocalSandbox) -> None:
+    result = run(sandbox, HOSTILE / "leave_child.py")
     assert result.status == "ok", result.reason
     pid = int(re.search(r"CHILD (\d+)", result.stdout_tail).group(1))  # type: ignore[union-attr]
     # Zombies reaped by init can linger a moment; a live `sleep` would have state S.
@@ -128,31 +141,31 @@ def test_children_left_behind_are_killed() -> None:
     assert not status.exists() or "State:\tZ" in status.read_text()
 
 
-def test_mutating_inputs_is_incorrect() -> None:
-    result = run(HOSTILE / "mutate_input.py")
+def test_mutating_inputs_is_incorrect(sandbox: LocalSandbox) -> None:
+    result = run(sandbox, HOSTILE / "mutate_input.py")
     assert result.status == "incorrect"
     assert "modified input" in result.reason
 
 
-def test_clock_patched_by_candidate_does_not_change_timing() -> None:
-    result = run(HOSTILE / "patch_clock.py", time_it=True)
+def test_clock_patched_by_candidate_does_not_change_timing(sandbox: LocalSandbox) -> None:
+    result = run(sandbox, HOSTILE / "patch_clock.py", time_it=True)
     assert result.status == "ok", result.reason
     assert result.timing is not None
     assert result.timing.stats["candidate"].median_ms >= 2.0  # it sleeps 2 ms per call
     assert result.timing.speedup("eager") < 1.0
 
 
-def test_reference_only_job_times_the_baseline() -> None:
-    result = run(None, time_it=True)
+def test_reference_only_job_times_the_baseline(sandbox: LocalSandbox) -> None:
+    result = run(sandbox, None, time_it=True)
     assert result.status == "ok"
     assert result.timing is not None and set(result.timing.stats) == {"eager"}
     assert result.correctness is None
 
 
-def test_scratch_folder_is_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_scratch_folder_is_removed(sandbox: LocalSandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", None)  # make tempfile re-read TMPDIR
-    run(CANDIDATES / "softmax_cpu.py")
+    run(sandbox, CANDIDATES / "softmax_cpu.py")
     assert not list(tmp_path.glob("kforge-*"))
