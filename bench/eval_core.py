@@ -82,7 +82,8 @@ def main() -> None:
             med = {k: f"{v['median_ms']:.3f}" for k, v in stats.items()}
             d = DESIGN_TABLE[op]
             md.append(
-                f"| {problem} | {cand.name} | {run['exit_code']} | {res.get('status', '?')} | {med.get('eager', '—')} | "
+                f"| {problem} | {cand.name} | {run['exit_code']} | {res.get('status', '?')} | "
+                f"{med.get('eager', '—')} | "
                 f"{med.get('compile', '—')} | {med.get('candidate', '—')} | {d[0]} / {d[1]} |"
             )
             print(md[-1], flush=True)

@@ -64,7 +64,8 @@ def _fmt(x: float | None, spec: str = ".3g", suffix: str = "") -> str:
 def render(evaluation) -> str:
     r = evaluation.result
     lines = [
-        f"{evaluation.problem} · {evaluation.candidate or 'reference only'} · {evaluation.device} · policy {evaluation.policy}"
+        f"{evaluation.problem} · {evaluation.candidate or 'reference only'} · {evaluation.device} · "
+        f"policy {evaluation.policy}"
     ]
     lines.append(f"  verdict      {r.status}: {r.reason}")
     if r.compile:
@@ -91,13 +92,15 @@ def render(evaluation) -> str:
         for name, s in t.stats.items():
             pct = evaluation.percent_of_roofline(name)
             lines.append(
-                f"    {name:10} {s.median_ms:10.4f} {s.p10_ms:9.4f} {s.p90_ms:9.4f} {100 * s.spread:6.1f}% {s.trials:7d} "
+                f"    {name:10} {s.median_ms:10.4f} {s.p10_ms:9.4f} {s.p90_ms:9.4f} {100 * s.spread:6.1f}% "
+                f"{s.trials:7d} "
                 f"{_fmt(pct, '.1f', '%'):>10}"
             )
         sp = evaluation.speedups()
         if sp:
             lines.append(
-                f"  speedup      vs eager {_fmt(sp['vs_eager'], '.3f', '×')} · vs compile {_fmt(sp['vs_compile'], '.3f', '×')}"
+                f"  speedup      vs eager {_fmt(sp['vs_eager'], '.3f', '×')} · "
+                f"vs compile {_fmt(sp['vs_compile'], '.3f', '×')}"
                 f" · vs best {_fmt(sp['vs_best'], '.3f', '×')} (best reference: {t.best_reference})"
             )
     if evaluation.floor:

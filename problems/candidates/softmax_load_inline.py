@@ -55,7 +55,8 @@ torch::Tensor softmax_forward(torch::Tensor x) {
     TORCH_CHECK(x.is_cuda() && x.dim() == 2 && x.scalar_type() == torch::kFloat, "expects a 2-D float CUDA tensor");
     x = x.contiguous();
     auto y = torch::empty_like(x);
-    softmax_rows<<<x.size(0), 512, 0, at::cuda::getCurrentCUDAStream()>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.size(1));
+    auto stream = at::cuda::getCurrentCUDAStream();
+    softmax_rows<<<x.size(0), 512, 0, stream>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.size(1));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return y;
 }
