@@ -10,7 +10,7 @@ Exit codes (``kforge eval``; the other commands use 0, 2 and 3 alike):
 from __future__ import annotations
 
 import argparse
-import logging
+import json
 import os
 import shutil
 import subprocess
@@ -18,28 +18,16 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-import structlog
-
-from tools.errors import KernelforgeError, ProblemError
+from graphs.logs import configure_logging
+from tools.errors import ConfigError, KernelforgeError, ProblemError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PROBLEMS_DIR = PROJECT_ROOT / "problems"
 PROVIDER_KEYS = ("OPENAI_API_KEY", "GOOGLE_API_KEY", "GEMINI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL")
 EXIT_OK, EXIT_REJECTED = 0, 1
-
-
-def configure_logging(verbose: bool) -> None:
-    level = logging.INFO if verbose else logging.WARNING
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="%H:%M:%S"),
-            structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-    )
+DEMO_PROBLEM = {"cuda": "softmax_4096x65536", "cpu": "softmax_small"}
 
 
 def resolve_problem(arg: str) -> Path:
@@ -155,38 +143,123 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Evaluate the built-in reference candidates: full-size problems on a GPU, CPU twins otherwise."""
-    from sandbox.config import make_sandbox
-    from sandbox.protocol import TimingConfig
-    from tools.device import device_memory_bytes, resolve_device
-    from tools.evaluation import evaluate, read_candidate
-    from tools.problem import load_problem
+    """The main job on the default built-in problem: the builtin team, three rounds, then the trace."""
+    from tools.device import resolve_device
 
     device = resolve_device(args.device)
-    sandbox = make_sandbox()
-    if device == "cuda":
-        pairs = [
-            ("matmul_4096", "matmul_cuda"),
-            ("softmax_4096x65536", "softmax_cuda"),
-            ("layernorm_16x64x256x256", "layernorm_cuda"),
-        ]
-    else:
-        pairs = [("softmax_small", "softmax_cpu"), ("layernorm_small", "layernorm_cpu"), ("matmul_small", "matmul_cpu")]
-    worst = EXIT_OK
-    for problem_name, candidate_name in pairs:
-        candidate = PROBLEMS_DIR / "candidates" / f"{candidate_name}.py"
-        evaluation = evaluate(
-            load_problem(PROBLEMS_DIR / f"{problem_name}.py"),
-            read_candidate(candidate),
-            sandbox=sandbox,
-            device=device,  # type: ignore[arg-type]
-            available_bytes=device_memory_bytes(device),
-            candidate_name=str(candidate.relative_to(PROJECT_ROOT)),
-            timing=TimingConfig(min_seconds=0.3),
+    problem = DEMO_PROBLEM[device]
+    print(f"kforge demo: `kforge run {problem} --device {device} --rounds 3`, builtin offline team\n", flush=True)
+    run_args = build_parser().parse_args(["run", problem, "--device", device, "--rounds", "3", "--ideas", "3"])
+    run_args.model, run_args.verbose = "builtin", args.verbose
+    return cmd_run(run_args)
+
+
+def _progress() -> Any:
+    """A live line per step: round, candidates evaluated, best speedup so far."""
+    seen = {"round": 0, "evaluated": 0, "best": None}
+
+    def show(node: str, update: dict[str, Any]) -> None:
+        seen["round"] = update.get("round", seen["round"])
+        seen["evaluated"] += sum(1 for c in update.get("candidates", []) if node == "coder")
+        for c in update.get("candidates", []):
+            sp = c.get("speedup_vs_best")
+            if sp is not None and (seen["best"] is None or sp > seen["best"]):
+                seen["best"] = sp
+        best = "—" if seen["best"] is None else f"{seen['best']:.3f}×"
+        extra = f" · stop: {update['stop_reason']}" if update.get("stop_reason") else ""
+        print(f"[round {seen['round']}] {node:9} · {seen['evaluated']} candidates · best {best}{extra}", flush=True)
+
+    return show
+
+
+def _finish(paths: Any, state: dict[str, Any]) -> int:
+    from graphs.trace import tree_lines
+
+    print("\n".join(tree_lines(state)))
+    print(f"\nrun {paths.run_id}: {state.get('stop_reason')}; best/ and report.md in {paths.dir}")
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from graphs.config import Budgets, RunConfig
+    from graphs.launch import stream_run
+    from graphs.runs import create_run, runs_root
+    from sandbox.config import LocalSandboxConfig
+    from tools.device import resolve_device
+    from tools.problem import load_problem
+
+    if args.sandbox != "local":
+        raise ConfigError(f"--sandbox {args.sandbox}: only the local backend exists yet (docker is issue 5)")
+    problem = load_problem(resolve_problem(args.problem))
+    try:
+        config = RunConfig(
+            problem=str(problem.path),
+            device=resolve_device(args.device),  # type: ignore[arg-type]
+            policy=args.policy,
+            model=args.model,
+            base_url=args.base_url,
+            rounds=args.rounds,
+            ideas=args.ideas,
+            repair_attempts=args.repairs,
+            budgets=Budgets(
+                wall_s=args.max_wall, tokens=args.max_tokens, dollars=args.max_dollars, gpu_s=args.max_gpu_s
+            ),
+            sandbox=LocalSandboxConfig(),
+            compile_reference=not args.no_compile,
         )
-        print(render(evaluation), end="\n\n", flush=True)
-        worst = max(worst, EXIT_OK if evaluation.status == "ok" else EXIT_REJECTED)
-    return worst
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ConfigError(f"--{'-'.join(map(str, first['loc']))}: {first['msg']}") from exc
+    if args.roles:
+        config.roles = args.roles.split(",")
+    paths = create_run(config, problem, runs_root(args.runs_dir))
+    configure_logging(args.verbose, paths.events)
+    print(f"run {paths.run_id} in {paths.dir}", flush=True)
+    return _finish(paths, stream_run(config, paths, resume=False, on_update=_progress()))
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from graphs.launch import stream_run
+    from graphs.runs import open_run, runs_root
+
+    paths, config, _ = open_run(args.run, runs_root(args.runs_dir))
+    configure_logging(args.verbose, paths.events)
+    print(f"resuming {paths.run_id}", flush=True)
+    return _finish(paths, stream_run(config, paths, resume=True, on_update=_progress()))
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    from graphs.runs import load_state, open_run, runs_root
+    from graphs.trace import candidate_detail, role_lines, summary_lines, tree_lines
+
+    paths, _, meta = open_run(args.run, runs_root(args.runs_dir))
+    state = load_state(paths)
+    if args.json:
+        print(json.dumps({"run": meta, "state": state}, indent=1, default=str))
+    elif args.candidate:
+        print("\n".join(candidate_detail(state, args.candidate)))
+    elif args.role:
+        print("\n".join(role_lines(state, role=args.role)))
+    else:
+        print("\n".join([*summary_lines(state), "", *tree_lines(state), "", *role_lines(state)]))
+    return EXIT_OK
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from graphs.runs import list_runs, runs_root
+
+    rows = list_runs(runs_root(args.runs_dir))
+    if not rows:
+        print(f"no runs in {runs_root(args.runs_dir)}")
+    for r in rows:
+        sp = "—" if r["speedup"] is None else f"{r['speedup']:.3f}×"
+        print(
+            f"{r['run_id']:45} {r['problem']:24} {r['model']:16} {r['device']:4} rounds {r['rounds']} "
+            f"· {r['candidates']} candidates · best {r['best'] or 'reference'} {sp} · {r['stop'] or 'unfinished'}"
+        )
+    return EXIT_OK
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -269,7 +342,45 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true", help="print the full evaluation as JSON")
     ev.set_defaults(func=cmd_eval)
 
-    demo = sub.add_parser("demo", help="evaluate the built-in reference candidates")
+    run = sub.add_parser("run", help="search for a faster kernel with the agent team")
+    run.add_argument("problem", help="a KernelBench problem file, or a built-in problem's name")
+    run.add_argument(
+        "--model", default=None, help="builtin (default without $KFORGE_MODEL), openai:<name>, google_genai:<name>"
+    )
+    run.add_argument("--base-url", default=None, help="an OpenAI-compatible server (vLLM, Ollama, llama.cpp)")
+    run.add_argument("--rounds", type=int, default=3)
+    run.add_argument("--ideas", type=int, default=3, help="ideas (candidates) per round")
+    run.add_argument("--repairs", type=int, default=2, help="repair attempts per candidate (LLM coder)")
+    run.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    run.add_argument("--policy", default="relaxed", choices=["relaxed", "strict"])
+    run.add_argument("--sandbox", default="local", choices=["local", "docker"])
+    run.add_argument("--roles", default=None, help="comma-separated role list (default planner,coder,profiler,critic)")
+    run.add_argument("--no-compile", action="store_true", help="skip the torch.compile reference in the baseline")
+    run.add_argument("--max-wall", type=float, default=None, help="wall-time budget in seconds")
+    run.add_argument("--max-tokens", type=int, default=None)
+    run.add_argument("--max-dollars", type=float, default=None)
+    run.add_argument("--max-gpu-s", type=float, default=None, help="budget of sandbox job seconds")
+    run.add_argument("--runs-dir", default=None, help="where run folders go (default ./runs or $KFORGE_RUNS_DIR)")
+    run.set_defaults(func=cmd_run)
+
+    resume = sub.add_parser("resume", help="continue a stopped or crashed run")
+    resume.add_argument("run", help="run id or folder")
+    resume.add_argument("--runs-dir", default=None)
+    resume.set_defaults(func=cmd_resume)
+
+    trace = sub.add_parser("trace", help="show a run's candidate tree, messages and tool calls")
+    trace.add_argument("run", help="run id or folder")
+    trace.add_argument("--role", default=None, help="only this role's messages")
+    trace.add_argument("--candidate", default=None, help="one candidate in detail")
+    trace.add_argument("--json", action="store_true")
+    trace.add_argument("--runs-dir", default=None)
+    trace.set_defaults(func=cmd_trace)
+
+    runs = sub.add_parser("runs", help="list runs")
+    runs.add_argument("--runs-dir", default=None)
+    runs.set_defaults(func=cmd_runs)
+
+    demo = sub.add_parser("demo", help="run the builtin team on the default built-in problem")
     demo.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     demo.set_defaults(func=cmd_demo)
 
@@ -282,6 +393,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
+    if getattr(args, "model", "unset") is None:
+        args.model = os.environ.get("KFORGE_MODEL") or "builtin"
     if getattr(args, "checks", 1) < 1 or getattr(args, "trials", 1) < 1:
         parser.error("--checks and --trials must be at least 1")
     try:

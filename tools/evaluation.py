@@ -95,6 +95,7 @@ def evaluate(
     timing: TimingConfig | None = None,
     timeout_s: float = 600.0,
     with_roofline: bool = True,
+    time_candidate: bool = True,
 ) -> Evaluation:
     check_fits(problem.info, device, available_bytes)
     job = EvalJob(
@@ -109,6 +110,7 @@ def evaluate(
         references=list(references),  # type: ignore[arg-type]
         timing=timing or TimingConfig(),
         timeout_s=timeout_s,
+        time_candidate=time_candidate,
     )
     bound = log.bind(job_id=job.job_id, problem=problem.name, candidate=candidate_name)
     bound.info("evaluate_start", device=device, policy=policy)

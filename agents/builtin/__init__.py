@@ -1,0 +1,29 @@
+"""The builtin offline team's catalog: recognise a problem's family, propose ideas, render candidates.
+
+With no LLM configured, the builtin planner calls ``propose`` for each round's ideas and the builtin
+coder calls ``render`` to turn one into a candidate file; both work from the template catalog here.
+
+- ``recognise(info)``: "softmax", "layernorm", "matmul" or None (``recognise.py``).
+- ``propose(info, device, k, tried, parent)``: up to k new ``IdeaSpec``s, deterministic (``search.py``).
+- ``render(template, params, device)``: the full source of a candidate defining ``ModelNew``
+  (``catalog.py``, with the kernels in ``templates_cpu.py`` and ``templates_cuda.py``).
+"""
+
+from __future__ import annotations
+
+from agents.builtin.catalog import TEMPLATES, describe, render, templates_for
+from agents.builtin.recognise import FAMILIES, Shape, analyse, recognise
+from agents.builtin.search import IdeaSpec, propose
+
+__all__ = [
+    "FAMILIES",
+    "TEMPLATES",
+    "IdeaSpec",
+    "Shape",
+    "analyse",
+    "describe",
+    "propose",
+    "recognise",
+    "render",
+    "templates_for",
+]

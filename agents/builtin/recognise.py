@@ -1,0 +1,191 @@
+"""Which builtin family a problem belongs to, and the shape facts the catalog plans with.
+
+The family comes from the aten ops the reference runs (``ProblemInfo.aten_ops``): exactly one
+``aten._softmax``, ``aten.native_layer_norm``, ``aten.mm`` or ``aten.bmm`` and nothing else, on fp32
+tensors whose shapes fit the family, and a constructor the templates reproduce (no arguments, or the
+normalized_shape of a LayerNorm). The op's own arguments (softmax dim, LayerNorm eps) are not in
+``ProblemInfo``; when the problem file is readable they are read from one forward pass on meta tensors,
+and a softmax over any dim but the last is not recognised.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from tools.problem import ProblemInfo, TensorSpec
+
+FAMILIES = ("softmax", "layernorm", "matmul")
+_FAMILY_OF_OP = {
+    "aten._softmax.default": "softmax",
+    "aten.native_layer_norm.default": "layernorm",
+    "aten.mm.default": "matmul",
+    "aten.bmm.default": "matmul",
+}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The facts about one problem that the catalog plans with."""
+
+    family: str
+    rows: int = 0  # softmax / layernorm: independent rows ...
+    cols: int = 0  # ... of this many elements (softmax: the last dim; layernorm: prod(normalized_shape))
+    batch: int = 1  # matmul: C[b] = A[b] @ B[b], A (m, k), B (k, n)
+    m: int = 0
+    k: int = 0
+    n: int = 0
+    eps: float = 1e-5  # layernorm
+
+    @property
+    def elements(self) -> int:
+        return self.rows * self.cols if self.family != "matmul" else self.batch * self.m * self.n
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.batch * self.m * self.n * self.k
+
+    @property
+    def row_bytes(self) -> int:
+        return 4 * self.cols
+
+
+def recognise(info: ProblemInfo) -> str | None:
+    """The family of ``info`` ("softmax", "layernorm", "matmul"), or None when no template applies."""
+    shape = analyse(info)
+    return shape.family if shape else None
+
+
+def analyse(info: ProblemInfo) -> Shape | None:
+    """The family and shape facts of ``info``, or None when no builtin template applies."""
+    ops = dict(info.aten_ops)
+    if len(ops) != 1:
+        return None
+    ((op, count),) = ops.items()
+    family = _FAMILY_OF_OP.get(op)
+    if family is None or count != 1:
+        return None
+    tensors = [s for s in info.inputs if isinstance(s, TensorSpec)]
+    if len(tensors) != len(info.inputs) or len(info.outputs) != 1:
+        return None  # scalar inputs would be constructor-like knobs the templates do not take
+    if any(t.dtype != "float32" for t in [*tensors, *info.outputs]):
+        return None
+    init = _literal(info.init_inputs)
+    out = info.outputs[0].shape
+    if family == "softmax":
+        return _softmax(info, tensors, out, init)
+    if family == "layernorm":
+        return _layernorm(info, tensors, out, init)
+    return _matmul(op, tensors, out, init)
+
+
+def _softmax(info: ProblemInfo, tensors: list[TensorSpec], out: list[int], init: Any) -> Shape | None:
+    if init != [] or len(tensors) != 1 or tensors[0].shape != out or not out:
+        return None
+    probed = _probe(info.path, info.sha256)
+    if probed is not None:
+        dim = probed.get("softmax_dim")
+        if dim is None or dim % len(out) != len(out) - 1:
+            return None
+    cols = out[-1]
+    return Shape("softmax", rows=math.prod(out) // cols if cols else 0, cols=cols)
+
+
+def _layernorm(info: ProblemInfo, tensors: list[TensorSpec], out: list[int], init: Any) -> Shape | None:
+    if not (isinstance(init, list) and len(init) == 1) or len(tensors) != 1 or tensors[0].shape != out:
+        return None
+    normalized = init[0]
+    if isinstance(normalized, int):
+        normalized = [normalized]
+    if not (isinstance(normalized, list | tuple) and normalized and all(isinstance(d, int) for d in normalized)):
+        return None
+    normalized = list(normalized)
+    if len(normalized) > len(out) or out[len(out) - len(normalized) :] != normalized:
+        return None
+    cols = math.prod(normalized)
+    if info.n_parameters not in (0, 2 * cols):
+        return None  # the templates hold exactly an elementwise weight and bias (or none)
+    eps = 1e-5
+    probed = _probe(info.path, info.sha256)
+    if probed is not None:
+        if probed.get("normalized_shape") not in (None, normalized):
+            return None
+        eps = probed.get("eps", eps)
+    return Shape("layernorm", rows=math.prod(out) // cols if cols else 0, cols=cols, eps=eps)
+
+
+def _matmul(op: str, tensors: list[TensorSpec], out: list[int], init: Any) -> Shape | None:
+    if init != [] or len(tensors) != 2:
+        return None
+    a, b = tensors[0].shape, tensors[1].shape
+    if op == "aten.mm.default" and len(a) == 2 and len(b) == 2 and a[1] == b[0] and out == [a[0], b[1]]:
+        return Shape("matmul", batch=1, m=a[0], k=a[1], n=b[1])
+    if (
+        op == "aten.bmm.default"
+        and len(a) == 3
+        and len(b) == 3
+        and a[0] == b[0]
+        and a[2] == b[1]
+        and out == [a[0], a[1], b[2]]
+    ):
+        return Shape("matmul", batch=a[0], m=a[1], k=a[2], n=b[2])
+    return None
+
+
+def _literal(text: str) -> Any:
+    """``init_inputs`` is the repr of a list; tuples become lists so that comparisons are simple."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return None
+
+    def lists(v: Any) -> Any:
+        return [lists(x) for x in v] if isinstance(v, list | tuple) else v
+
+    return lists(value)
+
+
+class _ArgRecorder(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: dict[str, Any] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func)
+        if name == "aten._softmax.default":
+            self.found["softmax_dim"] = int(args[1])
+        elif name == "aten.native_layer_norm.default":
+            self.found["normalized_shape"] = [int(d) for d in args[1]]
+            self.found["eps"] = float(args[4])
+        return func(*args, **(kwargs or {}))
+
+
+@functools.lru_cache(maxsize=64)
+def _probe(path: str, sha256: str) -> dict[str, Any] | None:
+    """The softmax dim / LayerNorm normalized_shape and eps, from a forward pass on meta tensors.
+
+    None when the file is unreadable or does not run on meta: the caller then trusts ``ProblemInfo``.
+    ``sha256`` is part of the cache key so an edited file is probed again.
+    """
+    from tools.problem import build_model, exec_source
+
+    try:
+        source = Path(path).read_text(encoding="utf-8")
+        module = exec_source(source, path, "probe")
+        init = list(module.get_init_inputs())
+        with torch.device("meta"):
+            inputs = list(module.get_inputs())
+        model = build_model(module.Model, init, "meta", seed=0)
+        recorder = _ArgRecorder()
+        with torch.no_grad(), recorder:
+            model(*inputs)
+    except Exception:
+        return None
+    return recorder.found

@@ -1,0 +1,112 @@
+"""The critic: judges this round's candidates, keeps the best, writes feedback, decides whether to go on.
+
+The verdict is a ``Literal``: ``accepted`` (verified, timed, a real number) or ``rejected`` (with the
+reason). The anti-cheat checks join here as they land (issue 6); today a candidate must pass the
+harness's own checks: fresh seeded inputs, untouched inputs, a correct result from a timed call.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from agents.base import Candidate, RoleContext
+from graphs.state import best_candidate, message
+
+
+def budget_stop(state: dict[str, Any], settings: Any) -> str | None:
+    b = settings.budgets
+    usage = state.get("usage", {})
+    job_s = sum(v.get("job_s", 0) for v in usage.values())
+    tokens = sum(v.get("input_tokens", 0) + v.get("output_tokens", 0) for v in usage.values())
+    dollars = sum(v.get("dollars", 0) for v in usage.values())
+    if b.wall_s is not None and time.time() - state.get("started_at", time.time()) >= b.wall_s:
+        return f"wall-time budget of {b.wall_s:g} s spent"
+    if b.gpu_s is not None and job_s >= b.gpu_s:
+        return f"sandbox-time budget of {b.gpu_s:g} s spent"
+    if b.tokens is not None and tokens >= b.tokens:
+        return f"token budget of {b.tokens} spent"
+    if b.dollars is not None and dollars >= b.dollars:
+        return f"dollar budget of {b.dollars:g} spent"
+    return None
+
+
+class Critic:
+    name = "critic"
+    fan_out = False
+
+    def judge(self, c: Candidate) -> tuple[str, str]:
+        if c.get("status") != "ok":
+            return "rejected", f"{c.get('status')}: {c.get('reason')}"
+        if c.get("speedup_vs_best") is None:
+            return "rejected", "verified but not timed"
+        return "accepted", f"verified on fresh inputs; {c['speedup_vs_best']:.2f}× vs the best reference"
+
+    def __call__(self, state: dict[str, Any], ctx: RoleContext) -> dict[str, Any]:
+        round_ = state.get("round", 0)
+        candidates = state.get("candidates", [])
+        updates, messages = [], []
+        for c in candidates:
+            if c.get("verdict") is None:
+                verdict, reason = self.judge(c)
+                updates.append(Candidate(id=c["id"], verdict=verdict, critic_reason=reason))  # type: ignore[typeddict-item]
+                messages.append(message("critic", "decision", f"{c['id']}: {verdict} — {reason}", round_, c["id"]))
+        judged = {u["id"]: u for u in updates}
+        accepted = [
+            c for c in candidates if judged.get(c["id"], c).get("verdict") == "accepted" and c.get("speedup_vs_best")
+        ]
+        previous = best_candidate(state)  # type: ignore[arg-type]
+        previous_speedup = previous.get("speedup_vs_best", 1.0) if previous else 1.0
+        champion = max(accepted, key=lambda c: c["speedup_vs_best"], default=None)
+        improved = champion is not None and champion["speedup_vs_best"] > max(previous_speedup or 1.0, 1.0)
+        best_id = champion["id"] if improved else state.get("best_id")
+        stale = 0 if improved else state.get("rounds_without_improvement", 0) + 1
+        this_round = [c for c in candidates if c.get("round") == round_]
+        lines = [f"round {round_}: {len(this_round)} candidates"]
+        for c in sorted(this_round, key=lambda c: -(c.get("speedup_vs_best") or 0)):
+            lines.append(f"- {c['id']} ({c.get('idea', '')[:80]}): {judged.get(c['id'], c).get('critic_reason')}")
+        lines.append(f"best so far: {best_id or 'the reference'}" + (" (new)" if improved else ""))
+        feedback = "\n".join(lines)
+
+        stop = budget_stop(state, ctx.settings)
+        if stop is None and round_ >= ctx.settings.rounds:
+            stop = f"completed {round_} rounds"
+        if stop is None and stale >= ctx.settings.patience:
+            stop = f"no improvement for {stale} rounds"
+        update: dict[str, Any] = {
+            "candidates": updates,
+            "best_id": best_id,
+            "rounds_without_improvement": stale,
+            "feedback": [feedback],
+            "messages": [
+                *messages,
+                message("critic", "decision", feedback + (f"\nstop: {stop}" if stop else ""), round_),
+            ],
+        }
+        if stop:
+            update["stop_reason"] = stop
+        return update
+
+
+class LLMCritic(Critic):
+    """The builtin judgement (verdicts are facts, not opinions), plus a chat model's feedback."""
+
+    def __call__(self, state: dict[str, Any], ctx: RoleContext) -> dict[str, Any]:
+        from agents.llm_roles import LLMCritic as Strategy
+
+        update = super().__call__(state, ctx)
+        review = Strategy(ctx.extras["chat"], device=ctx.settings.device).review(
+            problem_source=ctx.problem.source,
+            candidates=[{k: v for k, v in c.items() if k != "source"} for c in state.get("candidates", [])],
+            best=None,
+            round=state.get("round", 0),
+            rounds_left=max(0, ctx.settings.rounds - state.get("round", 0)),
+        )
+        update["feedback"] = [update["feedback"][0] + "\nreviewer: " + str(review.get("feedback", ""))]
+        if review.get("stop") and "stop_reason" not in update:
+            update["stop_reason"] = "the critic judged further rounds unpromising"
+        return update
+
+
+def make_critic(settings: Any) -> Critic:
+    return Critic() if settings.model == "builtin" else LLMCritic()

@@ -1,0 +1,378 @@
+"""One chat session per run: retries, re-asks, the token and dollar budget, and a record of every call.
+
+A ``ChatSession`` wraps the chat model ``agents.models.make_chat_model`` builds: it retries transient
+failures (timeouts, HTTP 429 and 5xx) with exponential backoff, re-asks when an answer cannot be parsed
+(``agents.answers``), enforces the run's token and dollar budget, and keeps a ``CallRecord`` of every
+model call (tokens, cost, seconds, attempts).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import structlog
+
+from agents.answers import ParseError, render_prompt
+from agents.models import ModelSpec, make_chat_model, price_for
+from tools.errors import ConfigError, KernelforgeError
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import BaseMessage
+
+log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+
+
+class BudgetExceeded(KernelforgeError):
+    """The run's token or dollar budget is spent; raised before a call that would start beyond it."""
+
+    def __init__(self, message: str, *, kind: Literal["tokens", "dollars"], used: float, limit: float) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.used = used
+        self.limit = limit
+
+
+class LLMError(KernelforgeError):
+    """A model call failed for good: a non-transient error, or transient ones past the last attempt."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, *, attempts: int = 1) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+
+
+# ------------------------------------------------------------------------------------------ session
+
+
+@dataclass
+class CallRecord:
+    """One model call: what was sent (size), what came back, what it cost."""
+
+    role: str
+    model: str
+    prompt_chars: int  # all messages sent, system included
+    prompt: str  # the last user message of the call (the re-ask text for a re-ask)
+    answer: str
+    input_tokens: int
+    output_tokens: int
+    usage_reported: bool  # False: the server sent no usage; tokens estimated as chars / 4
+    dollars: float
+    priced: bool  # False: no price known for this model (cost counted as 0)
+    seconds: float  # wall time, retries and backoff included
+    attempts: int  # requests sent: 1 + retries
+    reask: int = 0  # 0 for the first ask, n for the n-th re-ask after a parse error
+    ok: bool = True
+    error: str | None = None  # the parse error or the call failure
+    started_at: float = field(default_factory=time.time)
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def summary(self) -> dict[str, Any]:
+        """The record without the prompt and answer texts, for logs and events."""
+        out = asdict(self)
+        del out["prompt"], out["answer"]
+        out["answer_chars"] = len(self.answer)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_AUTO: Any = object()
+_CONNECTION_NAMES = ("ConnectError", "ConnectionError", "RemoteProtocolError")
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        yield cur
+        cur = cur.__cause__ or cur.__context__
+
+
+def _status(exc: BaseException) -> int | None:
+    status = getattr(exc, "status_code", None)
+    if status is None and type(exc).__module__.startswith("google"):
+        status = getattr(exc, "code", None)
+    return status if isinstance(status, int) else None
+
+
+def transient_reason(exc: BaseException) -> str | None:
+    """Why a failed call is worth retrying (a timeout, HTTP 429/5xx, a dropped connection), else None."""
+    from langchain_core.exceptions import ModelError
+
+    for e in _causes(exc):
+        status = _status(e)
+        if status is not None:
+            return f"HTTP {status}" if status in (408, 429) or 500 <= status < 600 else None
+        if isinstance(e, ModelError):
+            return type(e).__name__ if e.is_retryable else None
+        names = [k.__name__ for k in type(e).__mro__]
+        if isinstance(e, TimeoutError) or any("Timeout" in n for n in names):
+            return "timeout"
+        if any(marker in n for n in names for marker in _CONNECTION_NAMES):
+            return "connection"
+    return None
+
+
+def _retry_after_s(exc: BaseException) -> float | None:
+    """The server's Retry-After (seconds or an HTTP date), when the error carries a response."""
+    for e in _causes(exc):
+        headers = getattr(getattr(e, "response", None), "headers", None)
+        if not headers:
+            continue
+        value = headers.get("retry-after-ms")
+        if value is not None:
+            try:
+                return float(value) / 1000.0
+            except ValueError:
+                pass
+        value = headers.get("retry-after")
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            pass
+        try:
+            return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return f"{type(exc).__name__}: {text[:limit]}"
+
+
+class ChatSession:
+    """One chat model for one run, shared by the LLM roles (and by the coder's parallel branches).
+
+    ``ask`` sends a system and a user message, retries transient failures with exponential backoff
+    (``max_attempts`` requests at most, ``sleep`` injectable), re-asks with the parse error when
+    ``parse`` raises ParseError, and appends a ``CallRecord`` per model call to ``calls``. Before each
+    call the budget is checked: BudgetExceeded when the tokens or dollars already spent reach
+    ``max_tokens`` / ``max_dollars``. ``spent_tokens`` / ``spent_dollars`` carry a resumed run's spending.
+    """
+
+    def __init__(
+        self,
+        model: BaseChatModel,
+        *,
+        model_name: str | None = None,
+        price: tuple[float, float] | None = _AUTO,
+        max_tokens: int | None = None,
+        max_dollars: float | None = None,
+        spent_tokens: int = 0,
+        spent_dollars: float = 0.0,
+        max_attempts: int = 4,
+        backoff_s: float = 2.0,
+        max_backoff_s: float = 60.0,
+        jitter: float = 0.25,
+        sleep: Callable[[float], None] = time.sleep,
+        on_call: Callable[[CallRecord], None] | None = None,
+    ) -> None:
+        if max_attempts < 1:
+            raise ConfigError(f"max_attempts must be at least 1, got {max_attempts}")
+        self.model = model
+        self.model_name = model_name or str(
+            getattr(model, "model_name", None) or getattr(model, "model", None) or type(model).__name__
+        )
+        self.price = price_for(self.model_name) if price is _AUTO else price
+        self.max_tokens = max_tokens
+        self.max_dollars = max_dollars
+        self.max_attempts = max_attempts
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.jitter = jitter
+        self.sleep = sleep
+        self.on_call = on_call
+        self.calls: list[CallRecord] = []
+        self._spent_tokens = spent_tokens
+        self._spent_dollars = spent_dollars
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_spec(cls, spec: ModelSpec, *, timeout_s: float, **kwargs: Any) -> ChatSession:
+        """A session on ``make_chat_model(spec)``; models behind a base URL are not priced."""
+        kwargs.setdefault("model_name", spec.label)
+        if spec.base_url:
+            kwargs.setdefault("price", None)
+        else:
+            kwargs.setdefault("price", price_for(spec.name))
+        return cls(make_chat_model(spec, timeout_s=timeout_s), **kwargs)
+
+    # -- totals
+
+    @property
+    def total_tokens(self) -> int:
+        with self._lock:
+            return self._spent_tokens
+
+    @property
+    def total_dollars(self) -> float:
+        with self._lock:
+            return self._spent_dollars
+
+    def usage_by_role(self) -> dict[str, dict[str, float]]:
+        """Per role: calls, input/output tokens, dollars, seconds (the shape of the run state's usage)."""
+        out: dict[str, dict[str, float]] = {}
+        with self._lock:
+            records = list(self.calls)
+        for r in records:
+            u = out.setdefault(
+                r.role, {"calls": 0, "input_tokens": 0, "output_tokens": 0, "dollars": 0.0, "seconds": 0.0}
+            )
+            u["calls"] += 1
+            u["input_tokens"] += r.input_tokens
+            u["output_tokens"] += r.output_tokens
+            u["dollars"] += r.dollars
+            u["seconds"] += r.seconds
+        return out
+
+    def check_budget(self) -> None:
+        """Raise BudgetExceeded when the tokens or dollars spent have reached their cap."""
+        with self._lock:
+            tokens, dollars = self._spent_tokens, self._spent_dollars
+        if self.max_tokens is not None and tokens >= self.max_tokens:
+            raise BudgetExceeded(
+                f"token budget spent: {tokens} of {self.max_tokens}", kind="tokens", used=tokens, limit=self.max_tokens
+            )
+        if self.max_dollars is not None and dollars >= self.max_dollars:
+            raise BudgetExceeded(
+                f"dollar budget spent: ${dollars:.4f} of ${self.max_dollars:.4f}",
+                kind="dollars",
+                used=dollars,
+                limit=self.max_dollars,
+            )
+
+    # -- calls
+
+    def ask(
+        self, role: str, system: str, user: str, *, parse: Callable[[str], T], max_reasks: int = 2
+    ) -> tuple[T, CallRecord]:
+        """Ask, parse, re-ask on a ParseError (``max_reasks`` times), and return the parsed value.
+
+        Raises BudgetExceeded before a call beyond the budget, LLMError when a call fails for good, and
+        ParseError when the last answer still cannot be parsed.
+        """
+        from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+
+        bound = log.bind(role=role, model=self.model_name)
+        messages: list[BaseMessage] = [SystemMessage(content=system), HumanMessage(content=user)]
+        reask = 0
+        while True:
+            self.check_budget()
+            record = self._call(role, messages, reask, bound)
+            try:
+                value = parse(record.answer)
+            except ParseError as exc:
+                record.ok, record.error = False, f"parse: {exc}"
+                self._finish(record, bound)
+                if reask >= max_reasks:
+                    raise ParseError(
+                        f"{role}: no usable answer after {reask + 1} tries: {exc}", answer=record.answer
+                    ) from exc
+                messages += [AIMessage(content=record.answer), HumanMessage(content=render_prompt("reask", error=exc))]
+                reask += 1
+                continue
+            except Exception as exc:  # a parser bug: the call still spent tokens, so record it
+                record.ok, record.error = False, f"parser raised {_one_line(exc)}"
+                self._finish(record, bound)
+                raise
+            self._finish(record, bound)
+            return value, record
+
+    def _call(self, role: str, messages: list[BaseMessage], reask: int, bound: Any) -> CallRecord:
+        prompt_chars = sum(len(m.text) for m in messages)
+        prompt = messages[-1].text
+        started, wall = time.time(), time.perf_counter()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                message = self.model.invoke(messages)
+                break
+            except Exception as exc:
+                reason = transient_reason(exc)
+                if reason is None or attempt >= self.max_attempts:
+                    why = f"gave up after {attempt} attempts" if reason else "failed"
+                    record = CallRecord(
+                        role=role,
+                        model=self.model_name,
+                        prompt_chars=prompt_chars,
+                        prompt=prompt,
+                        answer="",
+                        input_tokens=0,
+                        output_tokens=0,
+                        usage_reported=False,
+                        dollars=0.0,
+                        priced=self.price is not None,
+                        seconds=time.perf_counter() - wall,
+                        attempts=attempt,
+                        reask=reask,
+                        ok=False,
+                        error=_one_line(exc),
+                        started_at=started,
+                    )
+                    self._finish(record, bound)
+                    raise LLMError(f"{role}: the model call {why}: {_one_line(exc)}", attempts=attempt) from exc
+                delay = min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1))
+                delay *= 1.0 + self.jitter * random.random()
+                after = _retry_after_s(exc)
+                if after is not None:
+                    delay = max(delay, min(after, self.max_backoff_s))
+                bound.warning(
+                    "llm_retry", attempt=attempt, reason=reason, delay_s=round(delay, 3), error=_one_line(exc)
+                )
+                self.sleep(delay)
+
+        answer = message.text if hasattr(message, "text") else str(message.content)
+        usage = getattr(message, "usage_metadata", None) or {}
+        if usage:
+            input_tokens, output_tokens = int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))
+        else:  # no usage from the server: a rough count keeps the budget meaningful
+            input_tokens, output_tokens = -(-prompt_chars // 4), -(-len(answer) // 4)
+        dollars = 0.0
+        if self.price is not None:
+            dollars = (input_tokens * self.price[0] + output_tokens * self.price[1]) / 1e6
+        return CallRecord(
+            role=role,
+            model=self.model_name,
+            prompt_chars=prompt_chars,
+            prompt=prompt,
+            answer=answer,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            usage_reported=bool(usage),
+            dollars=dollars,
+            priced=self.price is not None,
+            seconds=time.perf_counter() - wall,
+            attempts=attempt,
+            reask=reask,
+            started_at=started,
+        )
+
+    def _finish(self, record: CallRecord, bound: Any) -> None:
+        with self._lock:
+            self.calls.append(record)
+            self._spent_tokens += record.tokens
+            self._spent_dollars += record.dollars
+        event = "llm_call" if record.ok else "llm_call_failed"
+        (bound.info if record.ok else bound.warning)(event, **record.summary())
+        if self.on_call is not None:
+            self.on_call(record)

@@ -1,0 +1,320 @@
+"""LLM strategies for the planner, coder and critic roles.
+
+Each class holds the run's ``ChatSession`` and turns the graph's plain data (the problem source,
+candidate dicts) into a prompt, asks, and returns parsed, validated data. The call records (tokens,
+cost, the answers themselves) stay in the session; the graph node that calls a strategy decides what
+goes into the run state and the trace. ``prompts(...)`` builds the (system, user) pair a call would
+send, without calling, for tests and for ``kforge trace``.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from agents.answers import ParseError, extract_code, extract_json, render_prompt
+from agents.llm import ChatSession
+
+MAX_SOURCE_CHARS = 30_000  # a candidate source longer than this is cut in prompts
+MAX_LINE_CHARS = 400  # ideas, reasons, diagnoses and feedback in history lists
+_NULL_IDS = {"", "null", "none", "reference", "ref"}
+
+
+# ------------------------------------------------------------------------------------- formatting
+
+
+def target_rules(device: str) -> str:
+    """The toolchain rules for a device description (``cpu`` ..., else CUDA)."""
+    return render_prompt("target_cpu" if device.strip().lower().startswith("cpu") else "target_cuda")
+
+
+def system_prompt(device: str) -> str:
+    return render_prompt("system", target_rules=target_rules(device)).rstrip() + "\n"
+
+
+def _clip(text: Any, limit: int = MAX_LINE_CHARS) -> str:
+    one = " ".join(str(text).split())
+    return one if len(one) <= limit else one[: limit - 1] + "…"
+
+
+def _clip_source(source: str, limit: int = MAX_SOURCE_CHARS) -> str:
+    source = source.rstrip("\n")
+    if len(source) <= limit:
+        return source
+    return source[:limit] + f"\n# ... ({len(source) - limit} more characters not shown)"
+
+
+def _x(value: Any) -> str | None:
+    return f"{value:.2f}×" if isinstance(value, int | float) else None
+
+
+def result_line(c: dict[str, Any]) -> str:
+    """``ok · 1.23× vs best reference (1.50× vs eager) · 45% of roofline``, or the status and reason."""
+    status = c.get("status") or "not evaluated"
+    parts = [str(status)]
+    if status != "ok" and c.get("reason"):
+        parts[0] += f" ({_clip(c['reason'], 200)})"
+    best, eager = _x(c.get("speedup_vs_best")), _x(c.get("speedup_vs_eager"))
+    if best:
+        parts.append(f"{best} vs best reference" + (f" ({eager} vs eager)" if eager else ""))
+    elif eager:
+        parts.append(f"{eager} vs eager")
+    if isinstance(c.get("pct_roofline"), int | float):
+        parts.append(f"{c['pct_roofline']:.0f}% of roofline")
+    return " · ".join(parts)
+
+
+def history_lines(history: list[dict[str, Any]]) -> str:
+    if not history:
+        return "(none yet)"
+    lines = []
+    for c in history:
+        origin = f"from {c['parent_id']}" if c.get("parent_id") else "from the reference"
+        head = f"- {c.get('id', '?')} (round {c.get('round', '?')}, {origin}): {result_line(c)}"
+        lines.append(head)
+        if c.get("idea"):
+            lines.append(f"  idea: {_clip(c['idea'])}")
+        if c.get("diagnosis"):
+            lines.append(f"  diagnosis: {_clip(c['diagnosis'])}")
+        if c.get("critic_reason"):
+            lines.append(f"  critic: {_clip(c['critic_reason'])}")
+    return "\n".join(lines)
+
+
+def best_section(best: dict[str, Any] | None, *, with_source: bool = True) -> str:
+    if not best:
+        return "No correct candidate yet: the reference is the one to beat."
+    text = f"Best candidate so far: {best.get('id', '?')}, {result_line(best)}."
+    if best.get("diagnosis"):
+        text += f"\nIts diagnosis: {_clip(best['diagnosis'])}"
+    if with_source and best.get("source"):
+        text += f"\n\n```python\n{_clip_source(best['source'])}\n```"
+    return text
+
+
+# ---------------------------------------------------------------------------------------- planner
+
+
+class LLMPlanner:
+    """Writes k optimisation ideas, each tied to a parent candidate (or None: the reference)."""
+
+    role = "planner"
+
+    def __init__(self, session: ChatSession, *, max_reasks: int = 2) -> None:
+        self.session = session
+        self.max_reasks = max_reasks
+
+    def prompts(
+        self,
+        problem_source: str,
+        device: str,
+        k: int,
+        history: list[dict[str, Any]],
+        best: dict[str, Any] | None,
+        feedback: str,
+    ) -> tuple[str, str]:
+        user = render_prompt(
+            "planner",
+            problem_source=problem_source.rstrip("\n"),
+            device=device,
+            k=k,
+            history=history_lines(history),
+            best_section=best_section(best),
+            feedback=feedback.strip() or "(none yet)",
+        )
+        return system_prompt(device), user
+
+    def propose(
+        self,
+        problem_source: str,
+        device: str,
+        k: int,
+        history: list[dict[str, Any]],
+        best: dict[str, Any] | None,
+        feedback: str,
+    ) -> list[dict[str, Any]]:
+        """k dicts {"text", "expected_gain", "parent_id"}; a parent_id not in history becomes best's id or None."""
+        known = {str(c["id"]) for c in history if c.get("id") is not None}
+        fallback = str(best["id"]) if best and best.get("id") is not None else None
+        if fallback is not None:
+            known.add(fallback)
+        system, user = self.prompts(problem_source, device, k, history, best, feedback)
+        ideas, _ = self.session.ask(
+            self.role,
+            system,
+            user,
+            parse=lambda text: parse_ideas(text, k, known, fallback),
+            max_reasks=self.max_reasks,
+        )
+        return ideas
+
+
+def parse_ideas(text: str, k: int, known_ids: set[str], fallback: str | None) -> list[dict[str, Any]]:
+    """Validate the planner's JSON list; ParseError (what the model is told) when unusable."""
+    data = extract_json(text)
+    if isinstance(data, dict) and isinstance(data.get("ideas"), list):
+        data = data["ideas"]
+    if not isinstance(data, list):
+        raise ParseError(f"expected a JSON list of {k} idea objects, got a JSON {type(data).__name__}")
+    ideas: list[dict[str, Any]] = []
+    for i, item in enumerate(data):
+        if not isinstance(item, dict):
+            raise ParseError(f"idea {i + 1} is not an object with text, expected_gain and parent_id")
+        text_ = item.get("text")
+        if not isinstance(text_, str) or not text_.strip():
+            raise ParseError(f'idea {i + 1} has no "text" (a non-empty string)')
+        gain = item.get("expected_gain", "")
+        parent = item.get("parent_id")
+        parent_id = None if parent is None or str(parent).strip().lower() in _NULL_IDS else str(parent).strip()
+        if parent_id is not None and parent_id not in known_ids:
+            parent_id = fallback
+        ideas.append(
+            {"text": text_.strip(), "expected_gain": "" if gain is None else str(gain).strip(), "parent_id": parent_id}
+        )
+    if len(ideas) < k:
+        raise ParseError(f"expected {k} ideas, got {len(ideas)}")
+    return ideas[:k]
+
+
+# ------------------------------------------------------------------------------------------ coder
+
+
+def parse_candidate(text: str) -> str:
+    """The candidate file from a coder answer: a fenced python block with ModelNew that parses."""
+    source = extract_code(text)
+    try:
+        ast.parse(source)
+    except SyntaxError as exc:
+        raise ParseError(f"the code block is not valid Python: line {exc.lineno}: {exc.msg}") from None
+    return source
+
+
+class LLMCoder:
+    """Turns one idea into a candidate source; with ``error`` set it repairs the previous attempt.
+
+    For a repair, ``parent_source`` is the failed attempt's source and ``error`` its compile log or
+    mismatch reason; otherwise ``parent_source`` is the parent candidate's source (None: the reference).
+    """
+
+    role = "coder"
+
+    def __init__(self, session: ChatSession, *, max_reasks: int = 2) -> None:
+        self.session = session
+        self.max_reasks = max_reasks
+
+    def prompts(
+        self, problem_source: str, device: str, idea: dict[str, Any], parent_source: str | None, error: str | None
+    ) -> tuple[str, str]:
+        common = {
+            "problem_source": problem_source.rstrip("\n"),
+            "device": device,
+            "idea_text": str(idea.get("text", "")).strip(),
+        }
+        if error is not None:
+            source = _clip_source(parent_source) if parent_source else "# (the previous attempt produced no file)"
+            user = render_prompt("repair", **common, source=source, error=_clip_source(error.strip(), 8000))
+        else:
+            if parent_source:
+                parent_id = idea.get("parent_id") or "the parent"
+                section = (
+                    f"Start from the parent candidate {parent_id}: keep what works, change what the idea says.\n\n"
+                    f"```python\n{_clip_source(parent_source)}\n```"
+                )
+            else:
+                section = "There is no parent candidate: start from the reference above."
+            user = render_prompt(
+                "coder",
+                **common,
+                expected_gain=str(idea.get("expected_gain", "")).strip() or "-",
+                parent_section=section,
+            )
+        return system_prompt(device), user
+
+    def write(
+        self, problem_source: str, device: str, idea: dict[str, Any], parent_source: str | None, error: str | None
+    ) -> str:
+        """The candidate's complete Python source."""
+        system, user = self.prompts(problem_source, device, idea, parent_source, error)
+        source, _ = self.session.ask(self.role, system, user, parse=parse_candidate, max_reasks=self.max_reasks)
+        return source
+
+
+# ----------------------------------------------------------------------------------------- critic
+
+
+def parse_review(text: str, candidate_ids: set[str]) -> dict[str, Any]:
+    """Validate the critic's JSON object; reasons for ids not under review are dropped."""
+    data = extract_json(text)
+    if not isinstance(data, dict):
+        raise ParseError(f'expected a JSON object with "feedback", "stop" and "reasons", got a {type(data).__name__}')
+    feedback = data.get("feedback")
+    if not isinstance(feedback, str):
+        raise ParseError('"feedback" must be a string')
+    stop = data.get("stop", False)
+    if isinstance(stop, str) and stop.strip().lower() in {"true", "false"}:
+        stop = stop.strip().lower() == "true"
+    if not isinstance(stop, bool):
+        raise ParseError('"stop" must be true or false')
+    reasons = data.get("reasons", {})
+    if reasons is None:
+        reasons = {}
+    if not isinstance(reasons, dict):
+        raise ParseError('"reasons" must be an object mapping candidate ids to one line each')
+    kept = {str(k): str(v).strip() for k, v in reasons.items() if str(k) in candidate_ids and v is not None}
+    return {"feedback": feedback.strip(), "stop": stop, "reasons": kept}
+
+
+class LLMCritic:
+    """Judges a round's candidates, writes feedback for the next round and says whether to stop."""
+
+    role = "critic"
+
+    def __init__(self, session: ChatSession, *, max_reasks: int = 2, device: str = "cuda") -> None:
+        self.session = session
+        self.max_reasks = max_reasks
+        self.device = device  # picks the toolchain rules of the system prompt
+
+    def prompts(
+        self,
+        problem_source: str,
+        candidates: list[dict[str, Any]],
+        best: dict[str, Any] | None,
+        round: int,
+        rounds_left: int,
+    ) -> tuple[str, str]:
+        blocks = []
+        for c in candidates:
+            origin = f"from {c['parent_id']}" if c.get("parent_id") else "from the reference"
+            lines = [f"### {c.get('id', '?')} ({origin})", f"result: {result_line(c)}"]
+            if c.get("idea"):
+                lines.append(f"idea: {_clip(c['idea'])}")
+            if c.get("diagnosis"):
+                lines.append(f"diagnosis: {_clip(c['diagnosis'])}")
+            if c.get("source"):
+                lines.append(f"\n```python\n{_clip_source(c['source'])}\n```")
+            blocks.append("\n".join(lines))
+        user = render_prompt(
+            "critic",
+            problem_source=problem_source.rstrip("\n"),
+            best_section=best_section(best, with_source=False),
+            candidates="\n\n".join(blocks) if blocks else "(no candidates this round)",
+            round=round,
+            rounds_left=rounds_left,
+        )
+        return system_prompt(self.device), user
+
+    def review(
+        self,
+        problem_source: str,
+        candidates: list[dict[str, Any]],
+        best: dict[str, Any] | None,
+        round: int,
+        rounds_left: int,
+    ) -> dict[str, Any]:
+        """{"feedback": str, "stop": bool, "reasons": {candidate_id: str}}."""
+        ids = {str(c["id"]) for c in candidates if c.get("id") is not None}
+        system, user = self.prompts(problem_source, candidates, best, round, rounds_left)
+        review, _ = self.session.ask(
+            self.role, system, user, parse=lambda text: parse_review(text, ids), max_reasks=self.max_reasks
+        )
+        return review

@@ -1,0 +1,94 @@
+"""The profiler: times each new verified candidate beside the eager reference and diagnoses it.
+
+Speedups against ``torch.compile`` are chained through the eager reference: the baseline measured
+compile / eager side by side, each candidate job measures eager / candidate side by side, and the
+product is compile / candidate. Every ratio comes from one process; no absolute time is compared
+across processes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from agents.base import Candidate, RoleContext
+from graphs.state import message
+from tools.evaluation import evaluate
+
+log = structlog.get_logger(__name__)
+LATENCY_BOUND_MS = 0.02  # below this a call is dominated by launch and dispatch overhead
+
+
+def diagnose(candidate_ms: float, baseline: dict[str, Any]) -> tuple[str, float | None]:
+    floor_ms = baseline.get("floor_ms")
+    if not floor_ms:
+        return "no roofline floor known", None
+    pct = 100.0 * floor_ms / candidate_ms
+    if pct > 100:  # small problems live in cache, where the DRAM-bandwidth floor does not bind
+        return f"cache-resident: {pct:.0f}% of the DRAM roofline, so its data stays in cache between calls", pct
+    if candidate_ms < LATENCY_BOUND_MS or (pct < 5 and candidate_ms < 10 * LATENCY_BOUND_MS):
+        return f"latency-bound: {candidate_ms * 1e3:.1f} µs a call, {pct:.1f}% of the {baseline['bound']} roofline", pct
+    return f"{baseline['bound']}-bound at {pct:.1f}% of roofline (floor {floor_ms:.4f} ms)", pct
+
+
+class Profiler:
+    name = "profiler"
+    fan_out = False
+
+    def __call__(self, state: dict[str, Any], ctx: RoleContext) -> dict[str, Any]:
+        baseline = state.get("baseline") or {}
+        s = ctx.settings
+        round_ = state.get("round", 0)
+        updates, messages, job_s = [], [], 0.0
+        for c in state.get("candidates", []):
+            if c.get("status") != "ok" or c.get("timing") is not None:
+                continue
+            ev = evaluate(
+                ctx.problem,
+                c["source"],
+                sandbox=ctx.sandbox,
+                device=s.device,
+                available_bytes=ctx.extras["available_bytes"],
+                candidate_name=f"{c['id']}.py",
+                policy=s.policy,
+                references=("eager",),
+                n_checks=1,
+                seed=s.seed + 1,
+                timing=s.timing,
+                with_roofline=False,
+            )
+            job_s += ev.result.wall_s
+            update = Candidate(id=c["id"])
+            if ev.status != "ok" or ev.result.timing is None:
+                update.update(status=ev.status, reason=f"profiling: {ev.result.reason}", timing=None)
+                updates.append(update)
+                continue
+            stats = ev.result.timing.stats
+            eager_ms, cand_ms = stats["eager"].median_ms, stats["candidate"].median_ms
+            vs_eager = eager_ms / cand_ms
+            compile_ratio = baseline.get("compile_over_eager")
+            vs_compile = vs_eager * compile_ratio if compile_ratio else None
+            vs_best = vs_eager * min(1.0, compile_ratio) if compile_ratio else vs_eager
+            diagnosis, pct = diagnose(cand_ms, baseline)
+            update.update(
+                timing={"eager": eager_ms, "candidate": cand_ms, "candidate_spread": stats["candidate"].spread},
+                speedup_vs_eager=vs_eager,
+                speedup_vs_compile=vs_compile,
+                speedup_vs_best=vs_best,
+                pct_roofline=pct,
+                diagnosis=diagnosis,
+            )
+            updates.append(update)
+            text = f"{c['id']}: {cand_ms:.4f} ms, {vs_best:.2f}× vs best reference; {diagnosis}"
+            messages.append(message("profiler", "tool_result", text, round_, c["id"]))
+            log.info("candidate_profiled", candidate_id=c["id"], median_ms=cand_ms, speedup_vs_best=vs_best)
+        return {
+            "candidates": updates,
+            "messages": messages,
+            "usage": {"profiler": {"jobs": len(updates), "job_s": job_s}},
+        }
+
+
+def make_profiler(settings: Any) -> Profiler:
+    return Profiler()

@@ -1,0 +1,182 @@
+"""The search graph: baseline → the configured roles, round after round → finalize.
+
+The roles come from the registry in the order ``RunConfig.roles`` lists them; a role with
+``fan_out = True`` (the coder) runs once per idea of the round through ``Send``. The builder knows
+nothing about what a role does, so adding a role means registering it and naming it in the config.
+After every node a router sends the run to ``finalize`` as soon as ``stop_reason`` is set.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Send
+
+from agents import registry
+from agents.base import Role, RoleContext
+from graphs.state import RunInput, RunOutput, RunState, best_candidate, message
+from tools.evaluation import evaluate
+
+log = structlog.get_logger(__name__)
+Node = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def baseline(state: dict[str, Any], ctx: RoleContext) -> dict[str, Any]:
+    """Time the reference eagerly and under torch.compile, and put the roofline floor beside it."""
+    if state.get("baseline"):
+        return {}
+    s = ctx.settings
+    references = ("eager", "compile") if s.compile_reference else ("eager",)
+    ev = evaluate(
+        ctx.problem,
+        None,
+        sandbox=ctx.sandbox,
+        device=s.device,
+        available_bytes=ctx.extras["available_bytes"],
+        policy=s.policy,
+        references=references,
+        seed=s.seed,
+        timing=s.timing,
+    )
+    if ev.status != "ok" or ev.result.timing is None:
+        return {"stop_reason": f"the reference itself failed: {ev.result.reason}"}
+    stats = ev.result.timing.stats
+    eager = stats["eager"].median_ms
+    compiled = stats["compile"].median_ms if "compile" in stats else None
+    data = {
+        "eager_ms": eager,
+        "compile_ms": compiled,
+        "compile_over_eager": compiled / eager if compiled else None,
+        "best_reference": ev.result.timing.best_reference,
+        "floor_ms": ev.floor.floor_ms if ev.floor else None,
+        "bound": ev.floor.bound if ev.floor else None,
+        "device": ev.result.environment,
+        "ceilings": ev.ceilings.model_dump() if ev.ceilings else None,
+    }
+    text = f"eager {eager:.4f} ms, compile {compiled if compiled is None else round(compiled, 4)} ms"
+    if data["floor_ms"]:
+        text += f", floor {data['floor_ms']:.4f} ms ({data['bound']}-bound)"
+    return {
+        "baseline": data,
+        "round": 0,
+        "messages": [message("baseline", "tool_result", text, 0)],
+        "usage": {"baseline": {"jobs": 1, "job_s": ev.result.wall_s}},
+    }
+
+
+def finalize(state: dict[str, Any], ctx: RoleContext) -> dict[str, Any]:
+    """Write the best verified candidate as a standalone file, and the run report."""
+    best = best_candidate(state)  # type: ignore[arg-type]
+    folder = ctx.run_dir / "best"
+    folder.mkdir(parents=True, exist_ok=True)
+    if best:
+        (folder / "model_new.py").write_text(best["source"])
+        (folder / "candidate.json").write_text(json.dumps({k: v for k, v in best.items() if k != "source"}, indent=1))
+        headline = f"best: {best['id']} at {best['speedup_vs_best']:.3f}× vs the faster of eager and torch.compile"
+    else:
+        headline = "no verified candidate beat the reference: the result is the reference (speedup 1.0)"
+        (folder / "README.md").write_text(headline + "\n")
+    (ctx.run_dir / "report.md").write_text(report(state, headline))
+    return {"messages": [message("finalize", "decision", headline, state.get("round", 0))]}
+
+
+def report(state: dict[str, Any], headline: str) -> str:
+    b = state.get("baseline") or {}
+    lines = [f"# Run {state.get('run_id')}", "", headline, "", f"stopped: {state.get('stop_reason')}", ""]
+    lines += [
+        f"reference: eager {b.get('eager_ms')} ms, torch.compile {b.get('compile_ms')} ms, floor {b.get('floor_ms')} ms"
+    ]
+    lines += [
+        "",
+        "| id | parent | round | status | verdict | vs best | % roofline | idea |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c in state.get("candidates", []):
+        sp = c.get("speedup_vs_best")
+        pct = c.get("pct_roofline")
+        lines.append(
+            f"| {c['id']} | {c.get('parent_id') or 'reference'} | {c.get('round')} | {c.get('status')} | "
+            f"{c.get('verdict')} | {'' if sp is None else f'{sp:.3f}×'} | {'' if pct is None else f'{pct:.1f}%'} | "
+            f"{c.get('idea', '')[:90]} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _usage_of(calls: list[Any]) -> dict[str, dict[str, float]]:
+    usage: dict[str, dict[str, float]] = {}
+    for call in calls:
+        u = usage.setdefault(call.role, {})
+        for key in ("input_tokens", "output_tokens", "dollars", "seconds"):
+            u[key] = u.get(key, 0) + (getattr(call, key, 0) or 0)
+        u["llm_calls"] = u.get("llm_calls", 0) + 1
+    return usage
+
+
+def wrap(name: str, fn: Callable[[dict[str, Any], RoleContext], dict[str, Any]], ctx: RoleContext) -> Node:
+    """Log the node's start and end, account its LLM calls, and turn a spent budget into a clean stop."""
+
+    def node(state: dict[str, Any]) -> dict[str, Any]:
+        from agents.llm import BudgetExceeded
+
+        bound = log.bind(run_id=state.get("run_id"), role=name, round=state.get("round", 0))
+        if "idea" in state:
+            bound = bound.bind(idea_id=state["idea"]["id"])
+        chat = ctx.extras.get("chat")
+        first_call = len(chat.calls) if chat is not None else 0
+        bound.info("node_start")
+        try:
+            update = fn(state, ctx)
+        except BudgetExceeded as exc:
+            bound.warning("budget_exceeded", reason=str(exc))
+            update = {"stop_reason": f"budget: {exc}"}
+        if chat is not None and len(chat.calls) > first_call:
+            calls = chat.calls[first_call:]
+            update = {**update, "usage": {**update.get("usage", {}), **_usage_of(calls)}}
+            update["messages"] = [*update.get("messages", []), *_call_messages(calls, state.get("round", 0))]
+        bound.info("node_end", keys=sorted(update))
+        return update
+
+    return node
+
+
+def _call_messages(calls: list[Any], round_: int) -> list[dict[str, Any]]:
+    out = []
+    for call in calls:
+        out.append(message(call.role, "prompt", getattr(call, "prompt", ""), round_))
+        out.append(message(call.role, "answer", getattr(call, "answer", ""), round_))
+    return out
+
+
+def _router(roles: list[Role], target: int) -> Callable[[dict[str, Any]], Any]:
+    def route(state: dict[str, Any]) -> Any:
+        if state.get("stop_reason"):
+            return "finalize"
+        role = roles[target]
+        if not role.fan_out:
+            return role.name
+        ideas = state.get("ideas", [])
+        if not ideas:  # nothing to fan out to this round: the next role still runs
+            return roles[(target + 1) % len(roles)].name
+        return [Send(role.name, {**state, "idea": idea}) for idea in ideas]
+
+    return route
+
+
+def build_graph(ctx: RoleContext) -> StateGraph:
+    """The uncompiled graph; compile it with a checkpointer (tests use an in-memory one)."""
+    roles = [registry.create(name, ctx.settings) for name in ctx.settings.roles]
+    graph = StateGraph(RunState, input_schema=RunInput, output_schema=RunOutput)
+    graph.add_node("baseline", wrap("baseline", baseline, ctx))
+    for role in roles:
+        graph.add_node(role.name, wrap(role.name, role, ctx))
+    graph.add_node("finalize", wrap("finalize", finalize, ctx))
+    graph.add_edge(START, "baseline")
+    graph.add_conditional_edges("baseline", _router(roles, 0))
+    for i, role in enumerate(roles):
+        graph.add_conditional_edges(role.name, _router(roles, (i + 1) % len(roles)))
+    graph.add_edge("finalize", END)
+    return graph

@@ -1,0 +1,44 @@
+"""A run's settings: what to search, with which team, for how long. Saved in run.json for resume."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from sandbox.config import LocalSandboxConfig, SandboxConfig
+from sandbox.protocol import Device, Policy, TimingConfig
+
+DEFAULT_ROLES = ["planner", "coder", "profiler", "critic"]
+
+
+class Budgets(BaseModel):
+    """Caps that end a run cleanly with the best candidate so far. None: no cap."""
+
+    wall_s: float | None = None
+    tokens: int | None = None
+    dollars: float | None = None
+    gpu_s: float | None = Field(None, description="seconds of sandbox jobs (compile, checks, timing)")
+
+
+class RunConfig(BaseModel):
+    problem: str = Field(description="path of the KernelBench problem file")
+    device: Device = "cuda"
+    policy: Policy = "relaxed"
+    model: str = "builtin"
+    base_url: str | None = None
+    rounds: int = Field(3, ge=1)
+    ideas: int = Field(3, ge=1, description="ideas (and so candidates) per round")
+    repair_attempts: int = Field(2, ge=0)
+    patience: int = Field(2, ge=1, description="stop after this many rounds without a better candidate")
+    budgets: Budgets = Budgets()
+    roles: list[str] = Field(default_factory=lambda: list(DEFAULT_ROLES))
+    sandbox: SandboxConfig = LocalSandboxConfig()
+    n_checks: int = Field(5, ge=1)
+    seed: int = 0
+    compile_reference: bool = Field(True, description="time torch.compile in the baseline")
+    timing: TimingConfig = TimingConfig()
+    llm_timeout_s: float = 120.0
+
+    @property
+    def recursion_limit(self) -> int:
+        """Supersteps a full run needs: per round one per role plus the fan-out, with headroom."""
+        return self.rounds * (len(self.roles) + 2) + 10

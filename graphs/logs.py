@@ -1,0 +1,53 @@
+"""Logging, configured once by the CLI: JSON lines into a run's events.jsonl, a readable console.
+
+Library code only asks ``structlog.get_logger(__name__)`` and binds run_id, role, candidate_id.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import structlog
+
+_events: TextIO | None = None
+
+
+def _tee_to_events(logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+    if _events is not None:
+        _events.write(json.dumps(event, default=str) + "\n")
+        _events.flush()
+    return event
+
+
+def _console_filter(min_level: int) -> Any:
+    def keep(logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+        if logging.getLevelNamesMapping().get(event.get("level", "info").upper(), 20) < min_level:
+            raise structlog.DropEvent
+        return event
+
+    return keep
+
+
+def configure_logging(verbose: bool = False, events_path: Path | None = None) -> None:
+    """INFO and up go to events.jsonl; the console shows WARNING and up (INFO with --verbose)."""
+    global _events
+    if _events is not None:
+        _events.close()
+    _events = events_path.open("a") if events_path else None
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            _tee_to_events,
+            _console_filter(logging.INFO if verbose else logging.WARNING),
+            structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )

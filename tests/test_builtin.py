@@ -1,0 +1,262 @@
+"""The builtin offline catalog: recognising families, proposing ideas, rendering candidates.
+
+CPU candidates are evaluated for real through the sandbox on the small twins; CUDA candidates are
+compiled with NVRTC (no GPU needed).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agents import builtin
+from agents.builtin.catalog import TEMPLATES, seeds
+from sandbox.local import LocalSandbox
+from sandbox.protocol import TimingConfig
+from tests.conftest import PROBLEMS
+from tools.compile import check_candidate_cuda
+from tools.evaluation import evaluate
+from tools.problem import ProblemInfo, load_problem
+
+FAMILY = {
+    "softmax_small": "softmax",
+    "softmax_4096x65536": "softmax",
+    "layernorm_small": "layernorm",
+    "layernorm_16x64x256x256": "layernorm",
+    "matmul_small": "matmul",
+    "matmul_4096": "matmul",
+}
+QUICK = TimingConfig(min_trials=20, min_seconds=0.1)
+
+
+def info(name: str) -> ProblemInfo:
+    return load_problem(PROBLEMS / f"{name}.py").info
+
+
+def write_problem(
+    tmp_path: Path, name: str, forward: str, inputs: str, init: str = "[]", ctor: str = ""
+) -> ProblemInfo:
+    src = (
+        "import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n"
+        f"    def __init__(self{', ' + ctor if ctor else ''}):\n        super().__init__()\n"
+        + (f"        self.ln = nn.LayerNorm({ctor})\n" if ctor else "")
+        + f"\n    def forward(self, x):\n        return {forward}\n\n\n"
+        f"def get_inputs():\n    return {inputs}\n\n\ndef get_init_inputs():\n    return {init}\n"
+    )
+    path = tmp_path / f"{name}.py"
+    path.write_text(src)
+    return load_problem(path).info
+
+
+# ------------------------------------------------------------------------------------- recognise
+
+
+@pytest.mark.parametrize("name", sorted(FAMILY))
+def test_recognise_the_builtin_problems(name: str) -> None:
+    assert builtin.recognise(info(name)) == FAMILY[name]
+
+
+def test_shapes_of_the_builtin_problems() -> None:
+    s = builtin.analyse(info("layernorm_16x64x256x256"))
+    assert (s.rows, s.cols, s.eps) == (16, 64 * 256 * 256, 1e-5)
+    s = builtin.analyse(info("matmul_small"))
+    assert (s.batch, s.m, s.k, s.n) == (1, 200, 136, 264)
+    s = builtin.analyse(info("softmax_small"))
+    assert (s.rows, s.cols) == (96, 3000)
+
+
+def test_unknown_problems_get_no_family_and_no_ideas(tmp_path: Path) -> None:
+    gelu = write_problem(tmp_path, "gelu", "torch.nn.functional.gelu(x)", "[torch.randn(64, 64)]")
+    first_dim = write_problem(tmp_path, "softmax_dim0", "torch.softmax(x, dim=0)", "[torch.randn(8, 16)]")
+    two_ops = write_problem(tmp_path, "softmax_twice", "torch.softmax(x * 2, dim=1)", "[torch.randn(8, 16)]")
+    half = write_problem(tmp_path, "softmax_half", "torch.softmax(x, dim=1)", "[torch.randn(8, 16).half()]")
+    for problem in (gelu, first_dim, two_ops, half):
+        assert builtin.recognise(problem) is None, problem.name
+        for device in ("cpu", "cuda"):
+            assert builtin.propose(problem, device, 4, [], None) == []
+    last_dim = write_problem(tmp_path, "softmax_last", "torch.softmax(x, dim=-1)", "[torch.randn(2, 3, 16)]")
+    assert builtin.recognise(last_dim) == "softmax"
+    ln = write_problem(tmp_path, "ln", "self.ln(x)", "[torch.randn(4, 10)]", init="[(10,)]", ctor="normalized_shape")
+    assert builtin.recognise(ln) == "layernorm"
+
+
+# --------------------------------------------------------------------------------------- propose
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("name", sorted(FAMILY))
+def test_round_one_is_a_deterministic_spread(name: str, device: str) -> None:
+    problem = info(name)
+    ideas = builtin.propose(problem, device, 3, [], None)
+    assert len(ideas) == 3
+    assert ideas == builtin.propose(problem, device, 3, [], None)
+    assert len({(i.template, json.dumps(i.params, sort_keys=True)) for i in ideas}) == 3
+    for idea in ideas:
+        assert TEMPLATES[idea.template].device == device
+        assert TEMPLATES[idea.template].family == FAMILY[name]
+        assert idea.text and idea.expected_gain
+        json.dumps(idea.params)  # JSON-serialisable
+    assert builtin.propose(problem, device, 0, [], None) == []
+
+
+def record(idea: builtin.IdeaSpec, speedup: float, pct: float, status: str = "ok") -> dict:
+    return {
+        "template": idea.template,
+        "params": idea.params,
+        "status": status,
+        "speedup_vs_best": speedup,
+        "pct_roofline": pct,
+    }
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("name", ["softmax_small", "layernorm_16x64x256x256", "matmul_small"])
+def test_later_rounds_branch_from_the_parent_and_never_repeat(name: str, device: str) -> None:
+    problem = info(name)
+    tried: list[dict] = []
+    seen: set[str] = set()
+    parent = None
+    for round_ in range(5):
+        ideas = builtin.propose(problem, device, 3, tried, parent)
+        assert 0 < len(ideas) <= 3
+        assert ideas == builtin.propose(problem, device, 3, tried, parent)  # deterministic
+        for i, idea in enumerate(ideas):
+            k = idea.template + json.dumps(idea.params, sort_keys=True)
+            assert k not in seen, f"round {round_} repeats {k}"
+            seen.add(k)
+            tried.append(record(idea, 1.0 + 0.1 * round_ - 0.01 * i, 10.0 + round_))
+        if parent is not None:  # every idea is one parameter (or the template) away from the parent
+            for idea in ideas:
+                if idea.template == parent["template"] and "change" in idea.text:
+                    diff = {k for k in idea.params if idea.params[k] != parent["params"].get(k)}
+                    assert len(diff) == 1, (idea.params, parent["params"])
+        best = max(tried, key=lambda r: r["speedup_vs_best"])
+        parent = {"template": best["template"], "params": best["params"]}
+    # LLM candidates in the history (no template) are ignored, and failures steer away from a template.
+    tried.append({"template": None, "params": None, "status": "ok", "speedup_vs_best": 9.0, "pct_roofline": 90.0})
+    assert builtin.propose(problem, device, 3, tried, parent)
+
+
+def test_the_space_is_eventually_exhausted() -> None:
+    problem = info("layernorm_16x64x256x256")
+    every = [
+        {"template": t.name, "params": p, "status": "ok", "speedup_vs_best": 1.0, "pct_roofline": 50.0}
+        for t in builtin.templates_for("layernorm", "cuda")
+        for p in t.points()
+    ]
+    assert builtin.propose(problem, "cuda", 4, every, None) == []
+    parent = {"template": every[0]["template"], "params": every[0]["params"]}
+    assert builtin.propose(problem, "cuda", 4, every, parent) == []
+    assert len(builtin.propose(problem, "cuda", 4, every[:-2], parent)) == 2
+
+
+def test_tuning_keeps_going_the_way_that_helped() -> None:
+    problem = info("matmul_4096")
+    base = {"bm": 64, "bn": 64, "bk": 16, "tm": 4, "tn": 4}
+    parent = {"template": "matmul_cuda_tiled", "params": base}
+    tried = [
+        {"template": "matmul_cuda_tiled", "params": base, "status": "ok", "speedup_vs_best": 0.6, "pct_roofline": 50}
+    ]
+    # Close to the roofline (50 %): tuning first, in parameter order (bm first).
+    first = builtin.propose(problem, "cuda", 1, tried, parent)[0]
+    assert first.template == "matmul_cuda_tiled" and first.params["bm"] != 64
+    # The parent beat its bk=8 neighbour: bk keeps growing before anything else.
+    slower = {"template": "matmul_cuda_tiled", "params": {**base, "bk": 8}, "status": "ok", "speedup_vs_best": 0.5}
+    first = builtin.propose(problem, "cuda", 1, [*tried, slower], parent)[0]
+    assert first.params == {**base, "bk": 32}, first.params
+    assert "bk 16 → 32" in first.text
+    # Far from the roofline (10 %): structural moves (here: the other template... none for matmul) and
+    # tuning alike are one parameter away from the parent.
+    far = [{**tried[0], "pct_roofline": 10}]
+    for idea in builtin.propose(problem, "cuda", 4, far, parent):
+        assert sum(idea.params[k] != base[k] for k in base) == 1
+
+
+def test_fallback_values_come_after_tuning_moves() -> None:
+    problem = info("softmax_small")
+    first = builtin.propose(problem, "cpu", 1, [], None)[0]
+    tried = [record(first, 1.2, 10.0)]
+    parent = {"template": first.template, "params": first.params}
+    ideas = builtin.propose(problem, "cpu", 8, tried, parent)
+    moved = [next(k for k in i.params if i.params[k] != first.params[k]) for i in ideas]
+    assert "binding" not in moved and "parallel" not in moved, moved
+
+
+# ---------------------------------------------------------------------------------------- render
+
+
+def test_render_rejects_what_it_cannot_build() -> None:
+    with pytest.raises(ValueError, match="unknown template"):
+        builtin.render("nope", {}, "cpu")
+    with pytest.raises(ValueError, match="targets cuda"):
+        builtin.render("softmax_cuda_block", {}, "cpu")
+    with pytest.raises(ValueError, match="is not one of"):
+        builtin.render("softmax_cuda_block", {"block": 96}, "cuda")
+    with pytest.raises(ValueError, match="unknown parameter"):
+        builtin.render("softmax_cpu", {"warp": 1}, "cpu")
+
+
+def cuda_spread() -> list[tuple[str, dict]]:
+    """Every template's defaults, each parameter value once (others at default), and every seed."""
+    points: dict[str, tuple[str, dict]] = {}
+    for t in TEMPLATES.values():
+        if t.device != "cuda":
+            continue
+        candidates = [t.defaults()] + [{**t.defaults(), p.name: v} for p in t.params for v in p.values]
+        for raw in candidates:
+            try:
+                point = t.normalise(raw)
+            except ValueError:
+                continue
+            points[t.name + json.dumps(point, sort_keys=True)] = (t.name, point)
+    for name in FAMILY:
+        shape = builtin.analyse(info(name))
+        for template, params in seeds(shape, "cuda"):
+            point = TEMPLATES[template].normalise(params)
+            points[template + json.dumps(point, sort_keys=True)] = (template, point)
+    return list(points.values())
+
+
+def test_every_cuda_rendering_compiles_with_nvrtc() -> None:
+    spread = cuda_spread()
+    assert len(spread) >= 40
+    for template, params in spread:
+        src = builtin.render(template, params, "cuda")
+        assert "class ModelNew(nn.Module)" in src
+        reports = check_candidate_cuda(src, arch="sm_90a")
+        assert reports, f"{template} {params}: no kernel literal found"
+        assert all(r.ok for r in reports), f"{template} {params}:\n{reports[0].log}"
+
+
+# ------------------------------------------------------------------------- CPU, for real, sandboxed
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    sb = LocalSandbox()
+    yield sb
+    sb.close()
+
+
+@pytest.mark.parametrize("name", ["softmax_small", "layernorm_small", "matmul_small"])
+def test_round_one_cpu_candidates_are_correct_in_the_sandbox(name: str, sandbox: LocalSandbox) -> None:
+    problem = load_problem(PROBLEMS / f"{name}.py")
+    ideas = builtin.propose(problem.info, "cpu", 6, [], None)
+    assert len(ideas) >= 4
+    for idea in ideas:
+        src = builtin.render(idea.template, idea.params, "cpu")
+        ev = evaluate(
+            problem,
+            src,
+            sandbox=sandbox,
+            device="cpu",
+            available_bytes=8 << 30,
+            references=("eager",),
+            timing=QUICK,
+        )
+        assert ev.result.status == "ok", f"{idea.template} {idea.params}: {ev.result.reason}\n{ev.result.details}"
+        assert ev.result.correctness is not None and ev.result.correctness.passed
+        worst = ev.result.correctness.worst("max_abs_error")
+        assert worst is not None and worst < 1e-4, f"{idea.template} {idea.params}: error {worst}"

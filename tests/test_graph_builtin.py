@@ -1,0 +1,190 @@
+"""The real compiled graph with the builtin offline team, on the CPU twins: no LLM anywhere.
+
+These run real sandbox jobs (compile, correctness, timing), so they take tens of seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+
+from agents import registry
+from agents.base import Candidate, RoleContext
+from agents.coder import check
+from graphs.builder import build_graph
+from graphs.config import RunConfig
+from graphs.runs import RunPaths
+from graphs.state import message
+from sandbox.local import LocalSandbox
+from sandbox.protocol import TimingConfig
+from tests.conftest import PROBLEMS, ROOT
+from tools.problem import load_problem
+
+QUICK = TimingConfig(min_trials=20, min_seconds=0.1, warmup_trials=2)
+
+
+def context(tmp_path: Path, problem: str, **settings: Any) -> RoleContext:
+    config = RunConfig(problem=str(PROBLEMS / f"{problem}.py"), device="cpu", timing=QUICK, **settings)
+    return RoleContext(
+        problem=load_problem(config.problem),
+        sandbox=LocalSandbox(),
+        settings=config,
+        run_dir=tmp_path,
+        extras={"available_bytes": 8 << 30},
+    )
+
+
+def run_graph(ctx: RoleContext) -> dict[str, Any]:
+    graph = build_graph(ctx).compile(checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": "t"}, "recursion_limit": ctx.settings.recursion_limit}
+    graph.invoke({"run_id": "t", "started_at": time.time()}, cfg)
+    return dict(graph.get_state(cfg).values)
+
+
+def test_builtin_team_finds_a_verified_speedup_on_the_cpu_softmax(tmp_path: Path) -> None:
+    state = run_graph(context(tmp_path, "softmax_small", rounds=3, ideas=2))
+    assert state["round"] == 3, state.get("stop_reason")
+    assert state["stop_reason"] == "completed 3 rounds"
+    candidates = state["candidates"]
+    assert len(candidates) == 6
+    assert all(c["verdict"] in ("accepted", "rejected") for c in candidates)
+    best = next(c for c in candidates if c["id"] == state["best_id"])
+    assert best["status"] == "ok" and best["speedup_vs_best"] > 1.0
+    later = [c for c in candidates if c["round"] > 1]
+    assert any(c["parent_id"] is not None for c in later)  # tree search: later rounds branch from a parent
+    assert (tmp_path / "best" / "model_new.py").read_text() == best["source"]
+    assert "best:" in (tmp_path / "report.md").read_text()
+    assert (tmp_path / "candidates" / best["id"] / "result.json").exists()
+
+
+def test_unknown_problem_returns_the_reference(tmp_path: Path) -> None:
+    problem = tmp_path / "gelu.py"
+    problem.write_text(
+        "import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+        "        return torch.nn.functional.gelu(x)\n\n\ndef get_inputs():\n    return [torch.randn(64, 64)]\n\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    config = RunConfig(problem=str(problem), device="cpu", timing=QUICK, compile_reference=False)
+    ctx = RoleContext(load_problem(problem), LocalSandbox(), config, tmp_path, {"available_bytes": 8 << 30})
+    state = run_graph(ctx)
+    assert state["stop_reason"] == "no builtin idea applies to this problem"
+    assert state.get("best_id") is None and not state.get("candidates")
+    assert "speedup 1.0" in (tmp_path / "best" / "README.md").read_text()
+
+
+class Tester:
+    """An extra role: re-checks every verified candidate on more, different seeds (edge-case inputs)."""
+
+    name = "tester"
+    fan_out = False
+
+    def __call__(self, state: dict[str, Any], ctx: RoleContext) -> dict[str, Any]:
+        updates, messages = [], []
+        for c in state.get("candidates", []):
+            if c.get("status") == "ok" and not c.get("tested"):
+                other_seeds = dataclasses.replace(ctx, settings=ctx.settings.model_copy(update={"seed": 101}))
+                ev = check(c["source"], c["id"], other_seeds)
+                update = Candidate(id=c["id"])
+                update.update(tested=True)  # type: ignore[typeddict-item]
+                if ev.status != "ok":
+                    update.update(status=ev.status, reason=f"tester: {ev.result.reason}")
+                updates.append(update)
+                messages.append(message("tester", "tool_result", f"{c['id']}: {ev.status}", state["round"], c["id"]))
+        return {"candidates": updates, "messages": messages}
+
+
+def test_a_new_role_plugs_in_through_the_registry_and_the_config(tmp_path: Path) -> None:
+    registry.register("tester", lambda settings: Tester(), replace=True)
+    roles = ["planner", "coder", "tester", "profiler", "critic"]
+    state = run_graph(context(tmp_path, "layernorm_small", rounds=1, ideas=2, roles=roles, compile_reference=False))
+    tested = [c for c in state["candidates"] if c.get("tested")]
+    assert tested, state["candidates"]
+    assert any(m["role"] == "tester" for m in state["messages"])
+    assert state["stop_reason"] == "completed 1 rounds"
+
+
+def _kforge(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "graphs.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+
+
+def _evaluations(run_dir: Path) -> int:
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    return sum(1 for e in events if e.get("event") == "candidate_checked")
+
+
+def test_kill_and_resume_evaluates_no_candidate_twice(tmp_path: Path) -> None:
+    env = {**os.environ, "KFORGE_RUNS_DIR": str(tmp_path)}
+    args = ["softmax_small", "--device", "cpu", "--rounds", "2", "--ideas", "2", "--no-compile"]
+
+    whole = _kforge("run", *args, env=env)
+    assert whole.returncode == 0, whole.stderr
+    (full_run,) = list(tmp_path.iterdir())
+    expected = _evaluations(full_run)
+    assert expected == 4
+
+    resumed_root = tmp_path / "killed"
+    env["KFORGE_RUNS_DIR"] = str(resumed_root)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "graphs.cli", "run", *args],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.time() + 120
+    run_dir = None
+    while time.time() < deadline:
+        runs = list(resumed_root.glob("*/events.jsonl")) if resumed_root.exists() else []
+        if runs:
+            run_dir = runs[0].parent
+            events = [json.loads(x) for x in runs[0].read_text().splitlines() if x.strip()]
+            # Kill once round 1's coders are done and the profiler has started.
+            if any(e.get("event") == "node_start" and e.get("role") == "profiler" for e in events):
+                break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert run_dir is not None and not (run_dir / "report.md").exists()
+    done = _kforge("resume", run_dir.name, env=env)
+    assert done.returncode == 0, done.stderr
+    assert (run_dir / "report.md").exists()
+    assert _evaluations(run_dir) == expected
+
+
+def test_cli_run_then_trace_and_runs(tmp_path: Path) -> None:
+    env = {**os.environ, "KFORGE_RUNS_DIR": str(tmp_path)}
+    out = _kforge("run", "layernorm_small", "--device", "cpu", "--rounds", "3", "--ideas", "2", env=env)
+    assert out.returncode == 0, out.stderr
+    assert "[round 3]" in out.stdout and "reference  eager" in out.stdout
+    (run_dir,) = list(tmp_path.iterdir())
+    paths = RunPaths(run_dir)
+    assert paths.run_json.exists() and paths.checkpoint.exists() and paths.events.exists()
+    trace = _kforge("trace", run_dir.name, env=env)
+    assert trace.returncode == 0 and "└─ c1-0" in trace.stdout and "planner decision" in trace.stdout
+    as_json = json.loads(_kforge("trace", run_dir.name, "--json", env=env).stdout)
+    assert as_json["state"]["candidates"]
+    cid = as_json["state"]["candidates"][0]["id"]
+    detail = _kforge("trace", run_dir.name, "--candidate", cid, env=env)
+    assert "class ModelNew" in detail.stdout
+    listing = _kforge("runs", env=env)
+    assert run_dir.name in listing.stdout
+
+
+@pytest.mark.parametrize("bad", ["--rounds=0", "--ideas=0"])
+def test_bad_run_options_are_one_line_errors(tmp_path: Path, bad: str) -> None:
+    out = _kforge("run", "softmax_small", "--device", "cpu", bad, env={**os.environ, "KFORGE_RUNS_DIR": str(tmp_path)})
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr

@@ -1,0 +1,120 @@
+"""The real compiled graph with LLM roles, the model replaced by a scripted fake (or a fake server).
+
+Everything else is real: the sandbox compiles, checks and times every candidate on the CPU twin.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import AIMessage
+from langgraph.checkpoint.memory import InMemorySaver
+
+from agents.base import RoleContext
+from agents.llm import ChatSession
+from graphs.builder import build_graph
+from graphs.config import Budgets, RunConfig
+from sandbox.local import LocalSandbox
+from sandbox.protocol import TimingConfig
+from tests.conftest import CANDIDATES, FIXTURES, PROBLEMS, ROOT
+from tests.fake_openai_server import FakeOpenAIServer, ScriptedChatModel
+from tools.problem import load_problem
+
+QUICK = TimingConfig(min_trials=20, min_seconds=0.1, warmup_trials=2)
+SANDBOX = LocalSandbox()
+IDEA = '```json\n[{"text": "one C loop per row, online max and sum", "expected_gain": "2x", "parent_id": null}]\n```'
+REVIEW = '```json\n{"feedback": "keep going", "stop": false, "reasons": {}}\n```'
+
+
+def code(path: Path) -> str:
+    return f"Here it is.\n\n```python\n{path.read_text()}```\n"
+
+
+def run(tmp_path: Path, answers: list[Any], **settings: Any) -> tuple[dict[str, Any], ScriptedChatModel]:
+    model = ScriptedChatModel(messages=iter(answers))
+    budgets = settings.pop("budgets", Budgets())
+    config = RunConfig(
+        problem=str(PROBLEMS / "softmax_small.py"),
+        device="cpu",
+        model="openai:fake",
+        ideas=1,
+        rounds=settings.pop("rounds", 1),
+        timing=QUICK,
+        compile_reference=False,
+        budgets=budgets,
+        **settings,
+    )
+    chat = ChatSession(model, price=None, max_tokens=budgets.tokens, sleep=lambda s: None)
+    ctx = RoleContext(
+        load_problem(config.problem), SANDBOX, config, tmp_path, {"available_bytes": 8 << 30, "chat": chat}
+    )
+    graph = build_graph(ctx).compile(checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": "t"}, "recursion_limit": config.recursion_limit}
+    graph.invoke({"run_id": "t", "started_at": time.time()}, cfg)
+    return dict(graph.get_state(cfg).values), model
+
+
+def test_compile_error_is_repaired_from_the_log(tmp_path: Path) -> None:
+    answers = [IDEA, code(FIXTURES / "candidates" / "syntax_error_cpu.py"), code(CANDIDATES / "softmax_cpu.py"), REVIEW]
+    state, model = run(tmp_path, answers)
+    (c,) = state["candidates"]
+    assert c["attempts"] == 2 and c["status"] == "ok" and c["verdict"] == "accepted"
+    repair_prompt = model.seen[2][-1].content
+    assert "compile_error" in repair_prompt and "row_max" in repair_prompt  # the compiler's complaint
+    assert state["usage"]["coder"]["llm_calls"] == 2
+    assert {m["kind"] for m in state["messages"] if m["role"] == "coder"} >= {"prompt", "answer", "tool_result"}
+    assert state["stop_reason"] == "completed 1 rounds"
+
+
+def test_critic_rejects_a_wrong_candidate_and_the_reference_stands(tmp_path: Path) -> None:
+    wrong = code(FIXTURES / "candidates" / "wrong_softmax_cpu.py")
+    state, _ = run(tmp_path, [IDEA, wrong, wrong, REVIEW], repair_attempts=1)
+    (c,) = state["candidates"]
+    assert c["status"] == "incorrect" and c["verdict"] == "rejected"
+    assert "incorrect" in c["critic_reason"]
+    assert state.get("best_id") is None
+    assert "speedup 1.0" in (tmp_path / "best" / "README.md").read_text()
+
+
+def test_two_rounds_route_back_to_the_planner(tmp_path: Path) -> None:
+    good = code(CANDIDATES / "softmax_cpu.py")
+    state, model = run(tmp_path, [IDEA, good, REVIEW, IDEA, good, REVIEW], rounds=2)
+    assert [c["round"] for c in state["candidates"]] == [1, 2]
+    assert state["round"] == 2 and len(model.seen) == 6
+    assert state["usage"]["planner"]["llm_calls"] == 2
+
+
+def test_token_budget_ends_the_run_cleanly(tmp_path: Path) -> None:
+    costly = AIMessage(content=IDEA, usage_metadata={"input_tokens": 900, "output_tokens": 200, "total_tokens": 1100})
+    state, model = run(tmp_path, [costly, code(CANDIDATES / "softmax_cpu.py")], budgets=Budgets(tokens=1000))
+    assert state["stop_reason"].startswith("budget")
+    assert len(model.seen) == 1  # the coder's call was never sent
+    assert (tmp_path / "report.md").exists()
+
+
+def test_kforge_run_through_a_local_openai_compatible_server(tmp_path: Path) -> None:
+    with FakeOpenAIServer(models=("test-model",)) as server:
+        for text in (IDEA, code(CANDIDATES / "softmax_cpu.py"), REVIEW):
+            server.reply(text, prompt_tokens=120, completion_tokens=80)
+        env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+        env["KFORGE_RUNS_DIR"] = str(tmp_path)
+        cmd = [sys.executable, "-m", "graphs.cli", "run", "softmax_small", "--device", "cpu", "--rounds", "1"]
+        cmd += ["--ideas", "1", "--no-compile", "--model", "openai:test-model", "--base-url", server.url]
+        out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        assert server.pending == 0 and len(server.requests) == 3
+    assert "└─ c1-0" in out.stdout and "[ok/accepted]" in out.stdout
+    (run_dir,) = list(tmp_path.iterdir())
+    trace = subprocess.run(
+        [sys.executable, "-m", "graphs.cli", "trace", run_dir.name, "--role", "coder"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert "coder prompt" in trace.stdout and "class ModelNew" in trace.stdout
