@@ -88,7 +88,7 @@ class Coder(ABC):
                     "coder", "tool_result", f"check #{attempts}: {ev.status}: {ev.result.reason}", idea["round"], cid
                 )
             )
-            if ev.status == "ok" or attempts > self.repairs or ev.status in ("timeout", "crashed"):
+            if ev.status == "ok" or attempts > self.repairs:
                 break
             repaired = self.write(idea, state, ctx, error=failure_log(ev), failed_source=source)
             if repaired is None or repaired == source:
@@ -131,12 +131,16 @@ class BuiltinCoder(Coder):
 
 
 class LLMCoder(Coder):
-    """Asks the chat model for the source; on a compile error or wrong answer, shows it the log."""
+    """Asks the chat model for the source; on a compile error or wrong answer, shows it the log.
+
+    The model may compile, check and time its drafts in the sandbox first (``tools.langchain_tools``).
+    """
 
     def write(
         self, idea: Idea, state: dict[str, Any], ctx: RoleContext, error: str | None, failed_source: str | None
     ) -> str | None:
         from agents.llm_roles import LLMCoder as Strategy
+        from tools.langchain_tools import make_tools
 
         parent = next((c for c in state.get("candidates", []) if c["id"] == idea["parent_id"]), None)
         # A repair starts from the attempt that failed; a first attempt from the idea's parent.
@@ -147,6 +151,7 @@ class LLMCoder(Coder):
             idea=dict(idea),
             parent_source=base,
             error=error,
+            tools=make_tools(ctx, role=self.name, candidate_id=candidate_id(idea)),
         )
 
 

@@ -3,16 +3,19 @@
 A ``ChatSession`` wraps the chat model ``agents.models.make_chat_model`` builds: it retries transient
 failures (timeouts, HTTP 429 and 5xx) with exponential backoff, re-asks when an answer cannot be parsed
 (``agents.answers``), enforces the run's token and dollar budget, and keeps a ``CallRecord`` of every
-model call (tokens, cost, seconds, attempts).
+model call (tokens, cost, seconds, attempts). ``ask_with_tools`` lets the model call LangChain tools
+(``tools.langchain_tools``) before its final answer; each tool call is kept on the record of the model
+call that requested it.
 """
 
 from __future__ import annotations
 
 import email.utils
+import json
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -24,11 +27,16 @@ from tools.errors import ConfigError, KernelforgeError
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
-    from langchain_core.messages import BaseMessage
+    from langchain_core.messages import BaseMessage, ToolMessage
+    from langchain_core.tools import BaseTool
 
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
+
+TOOL_ARG_CHARS = 200  # each tool-call argument is kept this long on a CallRecord
+TOOL_RESULT_CHARS = 2000  # and each tool result this long (the model gets up to MAX_TOOL_MESSAGE_CHARS)
+MAX_TOOL_MESSAGE_CHARS = 16_000  # a tool result longer than this is cut before the model sees it
 
 
 class BudgetExceeded(KernelforgeError):
@@ -74,6 +82,9 @@ class CallRecord:
     ok: bool = True
     error: str | None = None  # the parse error or the call failure
     started_at: float = field(default_factory=time.time)
+    # The tools this answer asked for, in order, once run: {"id", "name", "args" (each value clipped),
+    # "result" (clipped), "ok", "seconds"}. Empty for a plain answer.
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def tokens(self) -> int:
@@ -84,6 +95,7 @@ class CallRecord:
         out = asdict(self)
         del out["prompt"], out["answer"]
         out["answer_chars"] = len(self.answer)
+        out["tool_calls"] = [t.get("name") for t in self.tool_calls]
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -157,6 +169,53 @@ def _retry_after_s(exc: BaseException) -> float | None:
 def _one_line(exc: BaseException, limit: int = 300) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return f"{type(exc).__name__}: {text[:limit]}"
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + f"… ({len(text)} chars)"
+
+
+def _summarize_args(args: Any) -> dict[str, str] | str:
+    """A tool call's arguments for the record: each value as text, long ones cut (with their length)."""
+    if not isinstance(args, dict):
+        return _clip(str(args), TOOL_ARG_CHARS)
+    out = {}
+    for key, value in args.items():
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+        out[str(key)] = _clip(text, TOOL_ARG_CHARS)
+    return out
+
+
+def _requested_calls(message: Any) -> list[dict[str, Any]]:
+    """The tool calls an AI message asks for, the ones whose arguments did not parse included
+    (``invalid`` holds why): each needs an answer before the model is asked again."""
+    calls = [
+        {"id": c.get("id"), "name": c.get("name"), "args": c.get("args")}
+        for c in getattr(message, "tool_calls", None) or []
+    ]
+    for c in getattr(message, "invalid_tool_calls", None) or []:
+        calls.append(
+            {"id": c.get("id"), "name": c.get("name"), "args": c.get("args"), "invalid": c.get("error") or "not JSON"}
+        )
+    return calls
+
+
+def _calls_chars(message: Any) -> int:
+    """The size of the tool calls a message carries (their arguments hold whole candidate files)."""
+    return sum(len(json.dumps(c, default=str)) for c in _requested_calls(message))
+
+
+def _prompt_of(messages: list[BaseMessage]) -> str:
+    """What a call's record shows as its prompt: the last message, or for a call that follows tool
+    results (which the record of the call that asked for them holds), which tools answered."""
+    names = []
+    for m in reversed(messages):
+        if m.type != "tool":
+            break
+        names.append(getattr(m, "name", None) or "tool")
+    if names:
+        return f"(the results of {len(names)} tool call(s): {', '.join(reversed(names))})"
+    return messages[-1].text
 
 
 class ChatSession:
@@ -297,15 +356,143 @@ class ChatSession:
             self._finish(record, bound)
             return value, record
 
+    def ask_with_tools(
+        self,
+        role: str,
+        system: str,
+        user: str,
+        *,
+        tools: Sequence[BaseTool],
+        parse: Callable[[str], T],
+        max_tool_rounds: int = 4,
+        max_reasks: int = 2,
+    ) -> tuple[T, CallRecord]:
+        """Like ``ask``, but the model may call ``tools`` before it answers.
+
+        While an answer carries tool calls (at most ``max_tool_rounds`` such answers), each call is run
+        by name with its arguments, its result goes back as a ``ToolMessage`` and the model is asked
+        again; an unknown tool, arguments that do not validate or a tool that raises become an error
+        ``ToolMessage``, never an exception here. Tool calls past the limit are not run: the model is
+        told to answer, and an answer that still does not parse counts as a re-ask. The final plain
+        answer goes through ``parse`` with ``ask``'s re-asks. One CallRecord per model call; the tool
+        calls an answer asked for are on its record (``tool_calls``).
+        """
+        from langchain_core.messages import HumanMessage, SystemMessage
+
+        if not tools:
+            return self.ask(role, system, user, parse=parse, max_reasks=max_reasks)
+        bound = log.bind(role=role, model=self.model_name)
+        by_name = {t.name: t for t in tools}
+        try:
+            model = self.model.bind_tools(list(tools))
+        except NotImplementedError:  # a model without tool calling still answers in text
+            bound.warning("llm_tools_unsupported", tools=sorted(by_name))
+            model = self.model
+        messages: list[BaseMessage] = [SystemMessage(content=system), HumanMessage(content=user)]
+        reask = rounds = 0
+        while True:
+            self.check_budget()
+            record, reply = self._invoke(role, messages, reask, bound, model=model)
+            requested = _requested_calls(reply)
+            if requested and rounds < max_tool_rounds:
+                rounds += 1
+                ran = [self._run_tool(call, by_name, bound) for call in requested]
+                record.tool_calls = [entry for entry, _ in ran]
+                self._finish(record, bound)
+                messages += [reply, *(tool_message for _, tool_message in ran)]
+                continue
+            # Calls past the limit are answered, not run, so that the conversation stays well formed.
+            refused = [self._refuse_tool(call, max_tool_rounds) for call in requested]
+            record.tool_calls = [entry for entry, _ in refused]
+            try:
+                value = parse(record.answer)
+            except ParseError as exc:
+                record.ok, record.error = False, f"parse: {exc}"
+                self._finish(record, bound)
+                if reask >= max_reasks:
+                    raise ParseError(
+                        f"{role}: no usable answer after {reask + 1} tries: {exc}", answer=record.answer
+                    ) from exc
+                messages += [reply, *(m for _, m in refused), HumanMessage(content=render_prompt("reask", error=exc))]
+                reask += 1
+                continue
+            except Exception as exc:  # a parser bug: the call still spent tokens, so record it
+                record.ok, record.error = False, f"parser raised {_one_line(exc)}"
+                self._finish(record, bound)
+                raise
+            self._finish(record, bound)
+            return value, record
+
+    @staticmethod
+    def _run_tool(call: dict[str, Any], by_name: dict[str, BaseTool], bound: Any) -> tuple[dict[str, Any], ToolMessage]:
+        """Run one requested tool call; every failure becomes an error result for the model."""
+        from langchain_core.messages import ToolMessage
+
+        name, args = str(call.get("name") or ""), call.get("args")
+        started = time.perf_counter()
+        ok = False
+        if call.get("invalid"):
+            text = f"error: the arguments of {name!r} could not be read: {call['invalid']}"
+        elif name not in by_name:
+            text = f"error: there is no tool {name!r}; the tools are: {', '.join(sorted(by_name))}"
+        else:
+            try:
+                out = by_name[name].invoke(args if isinstance(args, dict) else {})
+                text = out if isinstance(out, str) else json.dumps(out, default=str)
+                ok = True
+            except Exception as exc:  # a tool's failure is the model's to read, not the run's to die of
+                text = f"error: {name} failed: {_one_line(exc, 2000)}"
+        seconds = time.perf_counter() - started
+        (bound.info if ok else bound.warning)("llm_tool_call", tool=name, ok=ok, seconds=round(seconds, 3))
+        entry = {
+            "id": call.get("id"),
+            "name": name,
+            "args": _summarize_args(args),
+            "result": _clip(text, TOOL_RESULT_CHARS),
+            "ok": ok,
+            "seconds": seconds,
+        }
+        message = ToolMessage(
+            content=_clip(text, MAX_TOOL_MESSAGE_CHARS),
+            tool_call_id=str(call.get("id") or f"call_{name}"),
+            name=name or "unknown",
+            status="success" if ok else "error",
+        )
+        return entry, message
+
+    @staticmethod
+    def _refuse_tool(call: dict[str, Any], max_tool_rounds: int) -> tuple[dict[str, Any], ToolMessage]:
+        from langchain_core.messages import ToolMessage
+
+        name = str(call.get("name") or "")
+        text = (
+            f"not run: the limit of {max_tool_rounds} rounds of tool calls is reached. "
+            "Answer now, without tool calls, in the form the task asks for."
+        )
+        entry = {"id": call.get("id"), "name": name, "args": _summarize_args(call.get("args")), "result": text}
+        entry.update(ok=False, seconds=0.0)
+        message = ToolMessage(
+            content=text, tool_call_id=str(call.get("id") or f"call_{name}"), name=name or "unknown", status="error"
+        )
+        return entry, message
+
     def _call(self, role: str, messages: list[BaseMessage], reask: int, bound: Any) -> CallRecord:
-        prompt_chars = sum(len(m.text) for m in messages)
-        prompt = messages[-1].text
+        return self._invoke(role, messages, reask, bound)[0]
+
+    def _invoke(
+        self, role: str, messages: list[BaseMessage], reask: int, bound: Any, model: Any = None
+    ) -> tuple[CallRecord, BaseMessage]:
+        """One model call (``model``: the session's, or a tool-bound one), retried; its record, unfinished,
+        and the message that came back. A call that fails for good is recorded and raises LLMError."""
+        model = self.model if model is None else model
+        prompt_chars = sum(len(m.text) + _calls_chars(m) for m in messages)
+        prompt = _prompt_of(messages)
         started, wall = time.time(), time.perf_counter()
         attempt = 0
         while True:
             attempt += 1
             try:
-                message = self.model.invoke(messages)
+                message = model.invoke(messages)
                 break
             except Exception as exc:
                 reason = transient_reason(exc)
@@ -346,7 +533,7 @@ class ChatSession:
         if usage:
             input_tokens, output_tokens = int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))
         else:  # no usage from the server: a rough count keeps the budget meaningful
-            input_tokens, output_tokens = -(-prompt_chars // 4), -(-len(answer) // 4)
+            input_tokens, output_tokens = -(-prompt_chars // 4), -(-(len(answer) + _calls_chars(message)) // 4)
         dollars = 0.0
         if self.price is not None:
             dollars = (input_tokens * self.price[0] + output_tokens * self.price[1]) / 1e6
@@ -365,7 +552,7 @@ class ChatSession:
             attempts=attempt,
             reask=reask,
             started_at=started,
-        )
+        ), message
 
     def _finish(self, record: CallRecord, bound: Any) -> None:
         with self._lock:

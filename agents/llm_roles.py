@@ -10,10 +10,14 @@ send, without calling, for tests and for ``kforge trace``.
 from __future__ import annotations
 
 import ast
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from agents.answers import ParseError, extract_code, extract_json, render_prompt
 from agents.llm import ChatSession
+
+if TYPE_CHECKING:
+    from langchain_core.tools import BaseTool
 
 MAX_SOURCE_CHARS = 30_000  # a candidate source longer than this is cut in prompts
 MAX_LINE_CHARS = 400  # ideas, reasons, diagnoses and feedback in history lists
@@ -189,26 +193,48 @@ def parse_candidate(text: str) -> str:
     return source
 
 
+def tools_section(tools: Sequence[BaseTool] | None, max_tool_rounds: int) -> str:
+    """The coder prompt's paragraph on the tools it may call (empty without tools)."""
+    if not tools:
+        return ""
+    lines = []
+    for t in tools:
+        first = str(t.description or "").strip().split(". ")[0].rstrip(".")
+        lines.append(f"- `{t.name}`: {first}." if first else f"- `{t.name}`")
+    text = render_prompt("coder_tools", max_tool_rounds=max_tool_rounds, tool_lines="\n".join(lines))
+    return text.rstrip() + "\n\n"
+
+
 class LLMCoder:
     """Turns one idea into a candidate source; with ``error`` set it repairs the previous attempt.
 
     For a repair, ``parent_source`` is the failed attempt's source and ``error`` its compile log or
     mismatch reason; otherwise ``parent_source`` is the parent candidate's source (None: the reference).
+    With ``tools`` (``tools.langchain_tools.make_tools``) the model may compile, check and time drafts
+    before it answers (``ChatSession.ask_with_tools``, ``max_tool_rounds`` rounds of calls at most).
     """
 
     role = "coder"
 
-    def __init__(self, session: ChatSession, *, max_reasks: int = 2) -> None:
+    def __init__(self, session: ChatSession, *, max_reasks: int = 2, max_tool_rounds: int = 4) -> None:
         self.session = session
         self.max_reasks = max_reasks
+        self.max_tool_rounds = max_tool_rounds
 
     def prompts(
-        self, problem_source: str, device: str, idea: dict[str, Any], parent_source: str | None, error: str | None
+        self,
+        problem_source: str,
+        device: str,
+        idea: dict[str, Any],
+        parent_source: str | None,
+        error: str | None,
+        tools: Sequence[BaseTool] | None = None,
     ) -> tuple[str, str]:
         common = {
             "problem_source": problem_source.rstrip("\n"),
             "device": device,
             "idea_text": str(idea.get("text", "")).strip(),
+            "tools_section": tools_section(tools, self.max_tool_rounds),
         }
         if error is not None:
             source = _clip_source(parent_source) if parent_source else "# (the previous attempt produced no file)"
@@ -231,11 +257,28 @@ class LLMCoder:
         return system_prompt(device), user
 
     def write(
-        self, problem_source: str, device: str, idea: dict[str, Any], parent_source: str | None, error: str | None
+        self,
+        problem_source: str,
+        device: str,
+        idea: dict[str, Any],
+        parent_source: str | None,
+        error: str | None,
+        tools: Sequence[BaseTool] | None = None,
     ) -> str:
-        """The candidate's complete Python source."""
-        system, user = self.prompts(problem_source, device, idea, parent_source, error)
-        source, _ = self.session.ask(self.role, system, user, parse=parse_candidate, max_reasks=self.max_reasks)
+        """The candidate's complete Python source. With ``tools`` the model may call them first."""
+        system, user = self.prompts(problem_source, device, idea, parent_source, error, tools)
+        if tools:
+            source, _ = self.session.ask_with_tools(
+                self.role,
+                system,
+                user,
+                tools=tools,
+                parse=parse_candidate,
+                max_tool_rounds=self.max_tool_rounds,
+                max_reasks=self.max_reasks,
+            )
+        else:
+            source, _ = self.session.ask(self.role, system, user, parse=parse_candidate, max_reasks=self.max_reasks)
         return source
 
 

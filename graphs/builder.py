@@ -18,6 +18,8 @@ from langgraph.types import Send
 
 from agents import registry
 from agents.base import Role, RoleContext
+from agents.coder import candidate_id
+from agents.llm import BudgetExceeded
 from graphs.state import RunInput, RunOutput, RunState, best_candidate, message
 from tools.evaluation import evaluate
 
@@ -120,8 +122,6 @@ def wrap(name: str, fn: Callable[[dict[str, Any], RoleContext], dict[str, Any]],
     """Log the node's start and end, account its LLM calls, and turn a spent budget into a clean stop."""
 
     def node(state: dict[str, Any]) -> dict[str, Any]:
-        from agents.llm import BudgetExceeded
-
         bound = log.bind(run_id=state.get("run_id"), role=name, round=state.get("round", 0))
         if "idea" in state:
             bound = bound.bind(idea_id=state["idea"]["id"])
@@ -136,18 +136,25 @@ def wrap(name: str, fn: Callable[[dict[str, Any], RoleContext], dict[str, Any]],
         if chat is not None and len(chat.calls) > first_call:
             calls = chat.calls[first_call:]
             update = {**update, "usage": {**update.get("usage", {}), **_usage_of(calls)}}
-            update["messages"] = [*update.get("messages", []), *_call_messages(calls, state.get("round", 0))]
+            cid = candidate_id(state["idea"]) if "idea" in state else None
+            update["messages"] = [*update.get("messages", []), *_call_messages(calls, state.get("round", 0), cid)]
         bound.info("node_end", keys=sorted(update))
         return update
 
     return node
 
 
-def _call_messages(calls: list[Any], round_: int) -> list[dict[str, Any]]:
+def _call_messages(calls: list[Any], round_: int, candidate_id: str | None) -> list[dict[str, Any]]:
+    """Trace messages for the LLM calls a node made: prompt, answer, and each tool call with its result."""
     out = []
     for call in calls:
-        out.append(message(call.role, "prompt", getattr(call, "prompt", ""), round_))
-        out.append(message(call.role, "answer", getattr(call, "answer", ""), round_))
+        out.append(message(call.role, "prompt", call.prompt, round_, candidate_id))
+        out.append(message(call.role, "answer", call.answer, round_, candidate_id))
+        for tool in call.tool_calls:
+            args = tool.get("args")
+            shown = ", ".join(f"{k}={v!r}" for k, v in args.items()) if isinstance(args, dict) else str(args)
+            out.append(message(call.role, "tool_call", f"{tool['name']}({shown})", round_, candidate_id))
+            out.append(message(call.role, "tool_result", f"{tool['name']}: {tool['result']}", round_, candidate_id))
     return out
 
 

@@ -80,6 +80,18 @@ def test_unknown_problems_get_no_family_and_no_ideas(tmp_path: Path) -> None:
     assert builtin.recognise(last_dim) == "softmax"
     ln = write_problem(tmp_path, "ln", "self.ln(x)", "[torch.randn(4, 10)]", init="[(10,)]", ctor="normalized_shape")
     assert builtin.recognise(ln) == "layernorm"
+    assert all("eps" not in i.params for i in builtin.propose(ln, "cpu", 3, [], None))
+
+
+def test_a_non_default_layernorm_eps_is_carried_into_the_candidates(tmp_path: Path) -> None:
+    ln = write_problem(
+        tmp_path, "ln_eps", "self.ln(x)", "[torch.randn(4, 10)]", init="[(10,)]", ctor="normalized_shape, eps=1e-3"
+    )
+    assert builtin.analyse(ln).eps == 1e-3
+    for device in ("cpu", "cuda"):
+        for idea in builtin.propose(ln, device, 3, [], None):
+            assert idea.params["eps"] == 1e-3
+            assert "EPS = 0.001" in builtin.render(idea.template, idea.params, device)
 
 
 # --------------------------------------------------------------------------------------- propose

@@ -118,3 +118,14 @@ def test_kforge_run_through_a_local_openai_compatible_server(tmp_path: Path) -> 
         text=True,
     )
     assert "coder prompt" in trace.stdout and "class ModelNew" in trace.stdout
+
+
+def test_coder_tool_calls_reach_the_trace(tmp_path: Path) -> None:
+    source = (CANDIDATES / "softmax_cpu.py").read_text()
+    call = AIMessage(content="", tool_calls=[{"name": "check_candidate", "args": {"source": source}, "id": "t1"}])
+    state, model = run(tmp_path, [IDEA, call, code(CANDIDATES / "softmax_cpu.py"), REVIEW])
+    (c,) = state["candidates"]
+    assert c["status"] == "ok" and c["attempts"] == 1
+    tool_msgs = [m for m in state["messages"] if m["content"].startswith("check_candidate")]
+    assert [m["kind"] for m in tool_msgs] == ["tool_call", "tool_result"]
+    assert tool_msgs[1]["content"].startswith("check_candidate: ok") and tool_msgs[1]["candidate_id"] == "c1-0"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,11 +19,13 @@ from langchain_core.messages import AIMessage
 from pydantic import Field
 
 from agents.answers import ParseError, extract_code, extract_json, render_prompt
+from agents.base import RoleContext
 from agents.llm import BudgetExceeded, CallRecord, ChatSession, LLMError, transient_reason
-from agents.llm_roles import LLMCoder, LLMCritic, LLMPlanner, parse_ideas, parse_review
+from agents.llm_roles import LLMCoder, LLMCritic, LLMPlanner, parse_ideas, parse_review, tools_section
 from agents.models import PLACEHOLDER_API_KEY, ModelSpec, default_model, make_chat_model, parse_model, price_for
 from tests.fake_openai_server import FakeOpenAIServer, ScriptedChatModel
 from tools.errors import ConfigError
+from tools.langchain_tools import make_tools
 
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
 
@@ -436,6 +439,20 @@ def test_prompt_snapshots() -> None:
     error = 'kernel.cu(2): error: identifier "cols" is undefined'
     check_snapshot("repair", both(coder.prompts(PROBLEM, "cuda", idea, CANDIDATE, error)))
     check_snapshot("critic", both(critic.prompts(PROBLEM, HISTORY, BEST, 1, 2)))
+
+
+def test_coder_prompt_with_tools_snapshot() -> None:
+    session, _ = session_for()
+    coder = LLMCoder(session, max_tool_rounds=3)
+    ctx = RoleContext(problem=None, sandbox=None, settings=SimpleNamespace(device="cuda"), run_dir=None)  # type: ignore[arg-type]
+    tools = make_tools(ctx)
+    idea = {"text": "online softmax in one pass", "expected_gain": "2x fewer reads", "parent_id": "c1"}
+    system, user = coder.prompts(PROBLEM, "cuda", idea, CANDIDATE, None, tools)
+    assert (system, user.replace(tools_section(tools, 3), "")) == coder.prompts(PROBLEM, "cuda", idea, CANDIDATE, None)
+    check_snapshot("coder_with_tools", user)
+    error = 'kernel.cu(2): error: identifier "cols" is undefined'
+    repair = coder.prompts(PROBLEM, "cuda", idea, CANDIDATE, error, tools)[1]
+    assert "`compile_candidate`" in repair and "`check_candidate`" in repair and "at most 3 rounds" in repair
 
 
 # ------------------------------------------------------------------------ real client, fake server

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import textwrap
 from typing import Any
 
 _PLACEHOLDER = re.compile(r"@([A-Z][A-Z0-9_]*)@")
@@ -30,3 +31,8 @@ def c_float(x: float) -> str:
 
 def c_bool(flag: bool) -> str:
     return "1" if flag else "0"
+
+
+def wrap(text: str, prefix: str = "", width: int = 100) -> str:
+    """``text`` wrapped to ``width`` columns, every line starting with ``prefix``."""
+    return "\n".join(prefix + line for line in textwrap.wrap(text, width - len(prefix), break_on_hyphens=False))

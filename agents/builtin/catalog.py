@@ -357,7 +357,8 @@ def render(template: str, params: Params, device: str) -> str:
     if t.device != device:
         raise ValueError(f"template {template!r} targets {t.device}, not {device}")
     point = t.normalise(dict(params))
-    return t.renderer(point, t.describe(point))
+    what = t.describe(point)
+    return t.renderer(point, what[:1].upper() + what[1:] + ".")
 
 
 # ------------------------------------------------------------------------------ first-round seeds

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.builtin._text import c_bool, c_float, fill
+from agents.builtin._text import c_bool, fill, wrap
 
 C_FLAGS = '("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast", "-fopenmp")'
 
@@ -28,7 +28,6 @@ _ARG_C = {
     "f": ("float", "(float)PyFloat_AsDouble({})"),
 }
 _RET_C = {"": None, "i": "PyLong_FromLongLong", "n": "PyLong_FromLong"}
-_ARG_CTYPES = {"p": "ctypes.c_void_p", "i": "ctypes.c_int64", "n": "ctypes.c_int", "f": "ctypes.c_float"}
 
 BIND_CTYPES_PY = r'''
 
@@ -106,7 +105,7 @@ def binding_block(name: str, signatures: dict[str, tuple[str, str]], binding: st
     head = f"C_FLAGS = {C_FLAGS}\nSIGNATURES = {sig}  # p: pointer, i: int64, n: int, f: float; '': void\n"
     if binding == "cext":
         ext = pyext_source(f"kforge_{name}", signatures)
-        return 'PYEXT_SRC = r"""' + ext + '"""\n\n' + head + fill(BIND_CEXT_PY, NAME=name)
+        return 'PYEXT_SRC = r"""' + ext + '"""\n\n\n' + head + fill(BIND_CEXT_PY, NAME=name)
     return head + fill(BIND_CTYPES_PY, NAME=name)
 
 
@@ -190,7 +189,8 @@ static inline float sexp(float x)
 # ----------------------------------------------------------------------------------------- softmax
 
 SOFTMAX_C = r"""
-/* Row softmax over the last dim: @SUMMARY@ */
+/* Row softmax over the last dim.
+@SUMMARY_C@ */
 #ifndef VW
 #define VW @VW@            /* floats per vector */
 #endif
@@ -384,9 +384,12 @@ void softmax_rows(const float* restrict x, float* restrict y, int64_t rows, int6
 }
 """
 
-SOFTMAX_PY = r'''"""Builtin candidate `softmax_cpu` (agents.builtin): @SUMMARY@
+SOFTMAX_PY = r'''"""Builtin candidate `softmax_cpu` (agents.builtin).
+
+@SUMMARY_DOC@
 
 Parameters: @PARAMS@.
+
 Softmax over the last dim (dim 1 of the problem's 2-D input), any number of
 rows and columns; exp is a vectorised Cephes polynomial (~2 ulp).
 """
@@ -426,7 +429,7 @@ def _prelude() -> str:
 def render_softmax(params: dict[str, Any], summary: str) -> str:
     c_src = fill(
         SOFTMAX_C,
-        SUMMARY=summary,
+        SUMMARY_C=wrap(summary, "   "),
         VW=params["vec"],
         UNROLL=params["unroll"],
         PARALLEL=c_bool(params["parallel"]),
@@ -439,7 +442,7 @@ def render_softmax(params: dict[str, Any], summary: str) -> str:
     binding = binding_block("softmax_cpu", {"softmax_rows": ("ppii", "")}, params["binding"])
     return fill(
         SOFTMAX_PY,
-        SUMMARY=summary,
+        SUMMARY_DOC=wrap(summary),
         PARAMS=_params_text(params),
         C_SRC=c_src,
         IMPORTS=imports_block(params["binding"]),
@@ -450,7 +453,8 @@ def render_softmax(params: dict[str, Any], summary: str) -> str:
 # --------------------------------------------------------------------------------------- layernorm
 
 LAYERNORM_C = r"""
-/* LayerNorm over the trailing cols elements of each row: @SUMMARY@ */
+/* LayerNorm over the trailing cols elements of each row.
+@SUMMARY_C@ */
 #ifndef VW
 #define VW @VW@            /* floats per vector */
 #endif
@@ -634,9 +638,12 @@ void layernorm(const float* restrict x, const float* restrict w, const float* re
 }
 """
 
-LAYERNORM_PY = r'''"""Builtin candidate `layernorm_cpu` (agents.builtin): @SUMMARY@
+LAYERNORM_PY = r'''"""Builtin candidate `layernorm_cpu` (agents.builtin).
+
+@SUMMARY_DOC@
 
 Parameters: @PARAMS@.
+
 A row is the trailing prod(normalized_shape) elements;
 y = (x - mean) / sqrt(var + eps) * weight + bias with the biased variance, like nn.LayerNorm.
 """
@@ -692,7 +699,7 @@ class ModelNew(nn.Module):
 def render_layernorm(params: dict[str, Any], summary: str) -> str:
     c_src = fill(
         LAYERNORM_C,
-        SUMMARY=summary,
+        SUMMARY_C=wrap(summary, "   "),
         VW=params["vec"],
         UNROLL=params["unroll"],
         PARALLEL=c_bool(params["parallel"] != "none"),
@@ -703,7 +710,7 @@ def render_layernorm(params: dict[str, Any], summary: str) -> str:
     )
     return fill(
         LAYERNORM_PY,
-        SUMMARY=summary,
+        SUMMARY_DOC=wrap(summary),
         PARAMS=_params_text(params),
         C_SRC=c_src,
         IMPORTS=imports_block(params["binding"], ("math",)),
@@ -715,7 +722,8 @@ def render_layernorm(params: dict[str, Any], summary: str) -> str:
 # ------------------------------------------------------------------------------------------ matmul
 
 MATMUL_C = r"""
-/* C = A @ B (fp32, fp32 accumulation), batched over a leading dim: @SUMMARY@
+/* C = A @ B (fp32, fp32 accumulation), batched over a leading dim.
+@SUMMARY_C@
    BLIS-style: B packed in KC x NC blocks of NR-wide column panels (shared by the threads), A packed
    per thread in MR-row panels, an MR x NR register micro-kernel; partial tiles are zero-padded. */
 #ifndef VW
@@ -855,9 +863,12 @@ void matmul(const float* restrict A, const float* restrict B, float* restrict C,
 }
 """
 
-MATMUL_PY = r'''"""Builtin candidate `matmul_cpu` (agents.builtin): @SUMMARY@
+MATMUL_PY = r'''"""Builtin candidate `matmul_cpu` (agents.builtin).
+
+@SUMMARY_DOC@
 
 Parameters: @PARAMS@.
+
 C = A @ B for 2-D fp32 tensors (or 3-D with a common batch dim, as bmm),
 fp32 accumulation, any sizes.
 """
@@ -907,7 +918,7 @@ class ModelNew(nn.Module):
 def render_matmul(params: dict[str, Any], summary: str) -> str:
     c_src = fill(
         MATMUL_C,
-        SUMMARY=summary,
+        SUMMARY_C=wrap(summary, "   "),
         VW=params["vec"],
         MR=params["mr"],
         NV=params["nv"],
@@ -920,7 +931,7 @@ def render_matmul(params: dict[str, Any], summary: str) -> str:
     signatures = {"matmul": ("pppiiiipn", ""), "workspace_floats": ("iiin", "i"), "max_threads": ("", "n")}
     return fill(
         MATMUL_PY,
-        SUMMARY=summary,
+        SUMMARY_DOC=wrap(summary),
         PARAMS=_params_text(params),
         C_SRC=c_src,
         IMPORTS=imports_block(params["binding"]),
@@ -929,7 +940,7 @@ def render_matmul(params: dict[str, Any], summary: str) -> str:
 
 
 def _params_text(params: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in sorted(params.items()))
+    return wrap(", ".join(f"{k}={v!r}" for k, v in sorted(params.items())))
 
 
 RENDERERS = {
@@ -938,4 +949,4 @@ RENDERERS = {
     "matmul_cpu": render_matmul,
 }
 
-__all__ = ["RENDERERS", "c_float"]
+__all__ = ["RENDERERS", "pyext_source"]

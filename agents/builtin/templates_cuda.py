@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.builtin._text import c_bool, fill
+from agents.builtin._text import c_bool, fill, wrap
 
 # ----------------------------------------------------------------------------------------- softmax
 
@@ -74,7 +74,8 @@ __device__ __forceinline__ void row_write(const float* xr, float* yr, long long 
 """
 
 SOFTMAX_BLOCK_CU = r"""
-// Row softmax, one block per row: @SUMMARY@
+// Row softmax, one block per row.
+@SUMMARY_C@
 #ifndef BLOCK
 #define BLOCK @BLOCK@      // threads per block (a multiple of 32, at most 1024)
 #endif
@@ -145,7 +146,8 @@ softmax_rows(const float* __restrict__ x, float* __restrict__ out, long long col
 """
 
 SOFTMAX_WARP_CU = r"""
-// Row softmax, one warp per row: @SUMMARY@
+// Row softmax, one warp per row.
+@SUMMARY_C@
 #ifndef ROWS_PER_BLOCK
 #define ROWS_PER_BLOCK @ROWS_PER_BLOCK@  // warps (= rows) per block
 #endif
@@ -199,9 +201,12 @@ softmax_rows(const float* __restrict__ x, float* __restrict__ out, long long row
 }
 """
 
-SOFTMAX_PY = r'''"""Builtin candidate `@TEMPLATE@` (agents.builtin): @SUMMARY@
+SOFTMAX_PY = r'''"""Builtin candidate `@TEMPLATE@` (agents.builtin).
+
+@SUMMARY_DOC@
 
 Parameters: @PARAMS@.
+
 Softmax over the last dim (dim 1 of the problem's 2-D input), any number of rows and columns.
 """
 
@@ -243,7 +248,7 @@ class ModelNew(nn.Module):
 def render_softmax_block(params: dict[str, Any], summary: str) -> str:
     cu = fill(
         SOFTMAX_BLOCK_CU,
-        SUMMARY=summary,
+        SUMMARY_C=wrap(summary, "// "),
         BLOCK=params["block"],
         VEC=c_bool(params["vec4"]),
         FAST_EXP=c_bool(params["fast_exp"]),
@@ -254,7 +259,7 @@ def render_softmax_block(params: dict[str, Any], summary: str) -> str:
     return fill(
         SOFTMAX_PY,
         TEMPLATE="softmax_cuda_block",
-        SUMMARY=summary,
+        SUMMARY_DOC=wrap(summary),
         PARAMS=_params_text(params),
         CUDA_SRC=cu,
         THREADS=params["block"],
@@ -266,7 +271,7 @@ def render_softmax_block(params: dict[str, Any], summary: str) -> str:
 def render_softmax_warp(params: dict[str, Any], summary: str) -> str:
     cu = fill(
         SOFTMAX_WARP_CU,
-        SUMMARY=summary,
+        SUMMARY_C=wrap(summary, "// "),
         ROWS_PER_BLOCK=params["rows_per_block"],
         VEC=c_bool(params["vec4"]),
         FAST_EXP=c_bool(params["fast_exp"]),
@@ -277,7 +282,7 @@ def render_softmax_warp(params: dict[str, Any], summary: str) -> str:
     return fill(
         SOFTMAX_PY,
         TEMPLATE="softmax_cuda_warp",
-        SUMMARY=summary,
+        SUMMARY_DOC=wrap(summary),
         PARAMS=_params_text(params),
         CUDA_SRC=cu,
         THREADS=32 * params["rows_per_block"],
@@ -398,7 +403,8 @@ __device__ __forceinline__ void normalise_span(const float* xr, const float* wei
 """
 
 LAYERNORM_BLOCK_CU = r"""
-// LayerNorm, one block per row: @SUMMARY@
+// LayerNorm, one block per row.
+@SUMMARY_C@
 #ifndef BLOCK
 #define BLOCK @BLOCK@      // threads per block (a multiple of 32, at most 1024)
 #endif
@@ -444,7 +450,8 @@ layernorm_rows(const float* __restrict__ x, const float* __restrict__ weight, co
 """
 
 LAYERNORM_SPLIT_CU = r"""
-// LayerNorm, several blocks per row: @SUMMARY@
+// LayerNorm, several blocks per row.
+@SUMMARY_C@
 // Kernel 1: block (row, j) computes Welford statistics of chunk j of its row into `part`.
 // Kernel 2: block (row, j) merges its row's SPLIT partials, then normalises chunk j.
 #ifndef BLOCK
@@ -510,9 +517,12 @@ layernorm_apply(const float* __restrict__ x, const float* __restrict__ weight, c
 }
 """
 
-LAYERNORM_PY = r'''"""Builtin candidate `@TEMPLATE@` (agents.builtin): @SUMMARY@
+LAYERNORM_PY = r'''"""Builtin candidate `@TEMPLATE@` (agents.builtin).
+
+@SUMMARY_DOC@
 
 Parameters: @PARAMS@.
+
 A row is the trailing prod(normalized_shape) elements; y = (x - mean) / sqrt(var + eps) * weight + bias
 with the biased variance, like nn.LayerNorm.
 """
@@ -586,7 +596,7 @@ _LAUNCH_SPLIT = """part = torch.empty(3 * rows * _SPLIT, dtype=torch.float32, de
 def render_layernorm_block(params: dict[str, Any], summary: str) -> str:
     cu = fill(
         LAYERNORM_BLOCK_CU,
-        SUMMARY=summary,
+        SUMMARY_C=wrap(summary, "// "),
         BLOCK=params["block"],
         VEC=c_bool(params["vec4"]),
         WELFORD=c_bool(params["stats"] == "welford"),
@@ -595,7 +605,7 @@ def render_layernorm_block(params: dict[str, Any], summary: str) -> str:
     return fill(
         LAYERNORM_PY,
         TEMPLATE="layernorm_cuda_block",
-        SUMMARY=summary,
+        SUMMARY_DOC=wrap(summary),
         PARAMS=_params_text(params),
         CUDA_SRC=cu,
         THREADS=params["block"],
@@ -608,7 +618,7 @@ def render_layernorm_block(params: dict[str, Any], summary: str) -> str:
 def render_layernorm_split(params: dict[str, Any], summary: str) -> str:
     cu = fill(
         LAYERNORM_SPLIT_CU,
-        SUMMARY=summary,
+        SUMMARY_C=wrap(summary, "// "),
         BLOCK=params["block"],
         VEC=c_bool(params["vec4"]),
         SPLIT=params["split"],
@@ -617,7 +627,7 @@ def render_layernorm_split(params: dict[str, Any], summary: str) -> str:
     return fill(
         LAYERNORM_PY,
         TEMPLATE="layernorm_cuda_split",
-        SUMMARY=summary,
+        SUMMARY_DOC=wrap(summary),
         PARAMS=_params_text(params),
         CUDA_SRC=cu,
         THREADS=params["block"],
@@ -630,7 +640,8 @@ def render_layernorm_split(params: dict[str, Any], summary: str) -> str:
 # ------------------------------------------------------------------------------------------ matmul
 
 MATMUL_CU = r"""
-// fp32 C = A @ B, shared-memory tiled SIMT (no tensor cores, fp32 accumulate): @SUMMARY@
+// fp32 C = A @ B, shared-memory tiled SIMT (no tensor cores, fp32 accumulate).
+@SUMMARY_C@
 // A block computes a BM x BN tile of C walking K in steps of BK; each thread keeps a TM x TN micro-tile
 // in registers. Partial tiles are zero-padded in shared memory; out-of-range outputs are not stored.
 // Batched over blockIdx.z (grid-stride), for bmm.
@@ -741,9 +752,12 @@ matmul_tiled(const float* __restrict__ A, const float* __restrict__ B, float* __
 }
 """
 
-MATMUL_PY = r'''"""Builtin candidate `matmul_cuda_tiled` (agents.builtin): @SUMMARY@
+MATMUL_PY = r'''"""Builtin candidate `matmul_cuda_tiled` (agents.builtin).
+
+@SUMMARY_DOC@
 
 Parameters: @PARAMS@.
+
 C = A @ B for 2-D fp32 CUDA tensors (or 3-D with a common batch dim, as bmm), fp32 accumulation.
 """
 
@@ -798,10 +812,10 @@ class ModelNew(nn.Module):
 
 def render_matmul(params: dict[str, Any], summary: str) -> str:
     bm, bn, tm, tn = params["bm"], params["bn"], params["tm"], params["tn"]
-    cu = fill(MATMUL_CU, SUMMARY=summary, BM=bm, BN=bn, BK=params["bk"], TM=tm, TN=tn)
+    cu = fill(MATMUL_CU, SUMMARY_C=wrap(summary, "// "), BM=bm, BN=bn, BK=params["bk"], TM=tm, TN=tn)
     return fill(
         MATMUL_PY,
-        SUMMARY=summary,
+        SUMMARY_DOC=wrap(summary),
         PARAMS=_params_text(params),
         CUDA_SRC=cu,
         BM=bm,
@@ -811,7 +825,7 @@ def render_matmul(params: dict[str, Any], summary: str) -> str:
 
 
 def _params_text(params: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in sorted(params.items()))
+    return wrap(", ".join(f"{k}={v!r}" for k, v in sorted(params.items())))
 
 
 RENDERERS = {
