@@ -124,6 +124,7 @@ def test_coder_tool_calls_reach_the_trace(tmp_path: Path) -> None:
     source = (CANDIDATES / "softmax_cpu.py").read_text()
     call = AIMessage(content="", tool_calls=[{"name": "check_candidate", "args": {"source": source}, "id": "t1"}])
     state, model = run(tmp_path, [IDEA, call, code(CANDIDATES / "softmax_cpu.py"), REVIEW])
+    assert len(model.seen) == 4  # the tool result went back to the model before its final answer
     (c,) = state["candidates"]
     assert c["status"] == "ok" and c["attempts"] == 1
     tool_msgs = [m for m in state["messages"] if m["content"].startswith("check_candidate")]
