@@ -69,7 +69,7 @@ class Critic:
         feedback = "\n".join(lines)
 
         stop = budget_stop(state, ctx.settings)
-        if stop is None and round_ >= ctx.settings.rounds:
+        if stop is None and round_ >= state.get("max_rounds", ctx.settings.rounds):
             stop = f"completed {round_} rounds"
         if stop is None and stale >= ctx.settings.patience:
             stop = f"no improvement for {stale} rounds"

@@ -65,6 +65,7 @@ def baseline(state: dict[str, Any], ctx: RoleContext) -> dict[str, Any]:
     return {
         "baseline": data,
         "round": 0,
+        "max_rounds": s.rounds,
         "messages": [message("baseline", "tool_result", text, 0)],
         "usage": {"baseline": {"jobs": 1, "job_s": ev.result.wall_s}},
     }

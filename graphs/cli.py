@@ -214,6 +214,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--{'-'.join(map(str, first['loc']))}: {first['msg']}") from exc
     if args.roles:
         config.roles = args.roles.split(",")
+    from agents import registry
+
+    known = registry.available()
+    unknown = [r for r in config.roles if r not in known]
+    if unknown:
+        raise ConfigError(f"--roles: unknown role(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     paths = create_run(config, problem, runs_root(args.runs_dir))
     configure_logging(args.verbose, paths.events)
     print(f"run {paths.run_id} in {paths.dir}", flush=True)

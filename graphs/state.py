@@ -37,6 +37,7 @@ class RunState(TypedDict, total=False):
     run_id: str
     started_at: float
     round: int
+    max_rounds: int  # the loop's cap, kept in state so a resumed run keeps the one it started with
     ideas: list[Idea]
     candidates: Annotated[list[Candidate], merge_by_id]
     best_id: str | None

@@ -183,7 +183,7 @@ def test_cli_run_then_trace_and_runs(tmp_path: Path) -> None:
     assert run_dir.name in listing.stdout
 
 
-@pytest.mark.parametrize("bad", ["--rounds=0", "--ideas=0"])
+@pytest.mark.parametrize("bad", ["--rounds=0", "--ideas=0", "--roles=planner,nope", "--sandbox=docker"])
 def test_bad_run_options_are_one_line_errors(tmp_path: Path, bad: str) -> None:
     out = _kforge("run", "softmax_small", "--device", "cpu", bad, env={**os.environ, "KFORGE_RUNS_DIR": str(tmp_path)})
     assert out.returncode == 2
