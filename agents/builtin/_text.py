@@ -8,6 +8,28 @@ from typing import Any
 
 _PLACEHOLDER = re.compile(r"@([A-Z][A-Z0-9_]*)@")
 
+# The start of every LayerNorm candidate's module, CPU and CUDA alike: parameters stored where the
+# reference keeps them (`ln.weight`, `ln.bias`), so the harness copies the reference's weights by name.
+LAYERNORM_MODULE = '''class _Affine(nn.Module):
+    """Holds the learnable weight and bias, initialised like nn.LayerNorm (ones / zeros)."""
+
+    def __init__(self, shape: tuple[int, ...]):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(shape))
+        self.bias = nn.Parameter(torch.zeros(shape))
+
+
+class ModelNew(nn.Module):
+    """LayerNorm over the trailing ``normalized_shape`` dims, same constructor as the problem's Model."""
+
+    def __init__(self, normalized_shape: tuple):
+        super().__init__()
+        if isinstance(normalized_shape, int):
+            normalized_shape = (normalized_shape,)
+        self.normalized_shape = tuple(normalized_shape)
+        # state_dict keys `ln.weight` and `ln.bias`: the reference's (its nn.LayerNorm is `self.ln`).
+        self.ln = _Affine(self.normalized_shape)'''
+
 
 def fill(text: str, **values: Any) -> str:
     """Replace every ``@NAME@`` in ``text`` by ``str(values[NAME])``; every placeholder must be given."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.builtin._text import c_bool, fill, wrap
+from agents.builtin._text import LAYERNORM_MODULE, c_bool, fill, wrap
 
 C_FLAGS = '("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast", "-fopenmp")'
 
@@ -658,25 +658,7 @@ _F32 = torch.float32
 EPS = @EPS@
 
 
-class _Affine(nn.Module):
-    """Holds the learnable weight and bias, initialised like nn.LayerNorm (ones / zeros)."""
-
-    def __init__(self, shape: tuple[int, ...]):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(shape))
-        self.bias = nn.Parameter(torch.zeros(shape))
-
-
-class ModelNew(nn.Module):
-    """LayerNorm over the trailing ``normalized_shape`` dims, same constructor as the problem's Model."""
-
-    def __init__(self, normalized_shape: tuple):
-        super().__init__()
-        if isinstance(normalized_shape, int):
-            normalized_shape = (normalized_shape,)
-        self.normalized_shape = tuple(normalized_shape)
-        # state_dict keys `ln.weight` and `ln.bias`: the reference's (its nn.LayerNorm is `self.ln`).
-        self.ln = _Affine(self.normalized_shape)
+@LAYERNORM_MODULE@
         self.k = len(self.normalized_shape)
         self.cols = math.prod(self.normalized_shape)
 
@@ -710,6 +692,7 @@ def render_layernorm(params: dict[str, Any], summary: str) -> str:
     )
     return fill(
         LAYERNORM_PY,
+        LAYERNORM_MODULE=LAYERNORM_MODULE,
         SUMMARY_DOC=wrap(summary),
         PARAMS=_params_text(params),
         C_SRC=c_src,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.builtin._text import c_bool, fill, wrap
+from agents.builtin._text import LAYERNORM_MODULE, c_bool, fill, wrap
 
 # ----------------------------------------------------------------------------------------- softmax
 
@@ -541,25 +541,7 @@ _SPLIT = @SPLIT@
 EPS = @EPS@
 
 
-class _Affine(nn.Module):
-    """Holds the learnable weight and bias, initialised like nn.LayerNorm (ones / zeros)."""
-
-    def __init__(self, shape: tuple[int, ...]):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(shape))
-        self.bias = nn.Parameter(torch.zeros(shape))
-
-
-class ModelNew(nn.Module):
-    """LayerNorm over the trailing ``normalized_shape`` dims, same constructor as the problem's Model."""
-
-    def __init__(self, normalized_shape: tuple):
-        super().__init__()
-        if isinstance(normalized_shape, int):
-            normalized_shape = (normalized_shape,)
-        self.normalized_shape = tuple(normalized_shape)
-        # state_dict keys `ln.weight` and `ln.bias`: the reference's (its nn.LayerNorm is `self.ln`).
-        self.ln = _Affine(self.normalized_shape)
+@LAYERNORM_MODULE@
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not x.is_cuda or x.dtype != torch.float32:
@@ -604,6 +586,7 @@ def render_layernorm_block(params: dict[str, Any], summary: str) -> str:
     )
     return fill(
         LAYERNORM_PY,
+        LAYERNORM_MODULE=LAYERNORM_MODULE,
         TEMPLATE="layernorm_cuda_block",
         SUMMARY_DOC=wrap(summary),
         PARAMS=_params_text(params),
@@ -626,6 +609,7 @@ def render_layernorm_split(params: dict[str, Any], summary: str) -> str:
     )
     return fill(
         LAYERNORM_PY,
+        LAYERNORM_MODULE=LAYERNORM_MODULE,
         TEMPLATE="layernorm_cuda_split",
         SUMMARY_DOC=wrap(summary),
         PARAMS=_params_text(params),
