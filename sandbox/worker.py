@@ -39,7 +39,7 @@ from sandbox.protocol import (
     TimingReport,
 )
 from tools import correctness, timing
-from tools.compile import check_candidate_cuda
+from tools.compile import check_candidate_cuda, map_c_log_to_candidate
 from tools.device import cpu_name
 from tools.errors import CompileError, ProblemError
 from tools.problem import build_model, exec_source, import_source, make_inputs
@@ -79,8 +79,25 @@ def candidate_code(phase: str) -> Iterator[None]:
     except JobFailed:
         raise
     except BaseException as exc:
-        details = exc.log if isinstance(exc, CompileError) and exc.log else traceback.format_exc()
-        raise JobFailed(classify(exc), f"{phase}: {describe(exc)}", details) from exc
+        if isinstance(exc, CompileError):
+            raise _compile_failure(exc, phase) from exc
+        raise JobFailed(classify(exc), f"{phase}: {describe(exc)}", traceback.format_exc()) from exc
+
+
+_candidate: dict[str, str] = {}  # the job's candidate source and file name, for compile-error lines
+
+
+def _compile_failure(exc: CompileError, phase: str) -> JobFailed:
+    """A C compile error, its lines re-pointed at the candidate file when the C source is a literal of it."""
+    mapped = None
+    if exc.source and _candidate:
+        mapped = map_c_log_to_candidate(exc.log, exc.source, _candidate["source"], _candidate["name"])
+    if mapped is None:
+        return JobFailed("compile_error", f"{phase}: {describe(exc)}", exc.log or traceback.format_exc())
+    log, diagnostics = mapped
+    first = diagnostics[0] if diagnostics else None
+    where = f" at line {first.line}: {first.message}" if first else ""
+    return JobFailed("compile_error", f"{phase}: C compiler{where}", log)
 
 
 class Phases:
@@ -173,6 +190,7 @@ def run_eval(job: EvalJob, phases: Phases) -> JobResult:
     compile_reports = []
     copied = 0
     if job.candidate_source is not None:
+        _candidate.update(source=job.candidate_source, name=job.candidate_name)
         if device.type == "cuda":
             with phases("compile_check"):
                 arch = job.arch or env["arch"] + ("a" if env["arch"] == "sm_90" else "")

@@ -200,6 +200,24 @@ def embedded_cuda_sources(candidate_source: str) -> list[EmbeddedSource]:
     return sorted(found, key=lambda s: s.first_line)
 
 
+def map_c_log_to_candidate(
+    log: str, c_source: str, candidate_source: str, filename: str
+) -> tuple[str, list[Diagnostic]] | None:
+    """Re-point a C compiler log at the candidate's own lines, when the C source is one of its literals.
+
+    Only an exact match counts (a literal whose value is the very text that was compiled); sources
+    built at run time keep their C line numbers (None is returned).
+    """
+    starts = [
+        node.lineno
+        for node in ast.walk(ast.parse(candidate_source))
+        if isinstance(node, ast.Constant) and node.value == c_source
+    ]
+    if len(starts) != 1:
+        return None
+    return _map_diagnostics(log, _CC_DIAG, starts[0] - 1, filename)
+
+
 def uses_load_inline(candidate_source: str) -> bool:
     """True when the candidate builds a torch extension (KernelBench form) instead of NVRTC."""
     return "load_inline" in candidate_source
@@ -302,7 +320,7 @@ def load_c(
     if not report.ok:
         first = report.diagnostics[0] if report.diagnostics else None
         where = f" (line {first.line}: {first.message})" if first else ""
-        raise CompileError(f"{name}: C compile failed{where}", log=report.log)
+        raise CompileError(f"{name}: C compile failed{where}", log=report.log, source=source)
     assert report.artifact is not None
     return ctypes.CDLL(report.artifact)
 

@@ -23,9 +23,10 @@ class CandidateError(KernelforgeError):
 class CompileError(KernelforgeError):
     """A kernel failed to compile. ``log`` holds the compiler's output with candidate line numbers."""
 
-    def __init__(self, message: str, log: str = "") -> None:
+    def __init__(self, message: str, log: str = "", source: str | None = None) -> None:
         super().__init__(message)
         self.log = log
+        self.source = source  # the kernel source that failed, so callers can map lines back
 
 
 class ConfigError(KernelforgeError):

@@ -15,8 +15,6 @@ counted in a ``ToolStats`` (by default ``ctx.extras["tool_stats"]``).
 
 from __future__ import annotations
 
-import ast
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -78,64 +76,11 @@ def _tail(text: str, limit: int = MAX_LOG_CHARS) -> str:
     return f"[... {len(text) - limit} characters cut ...]\n" + text[-limit:]
 
 
-_C_DIAG_LINE = re.compile(r"^(?P<file>[\w.\-]+\.(?:c|cc|cpp)):(?P<line>\d+):")
-_SNIPPET = re.compile(r"^\s*(?P<line>\d+) \| (?P<text>.*)$")
-
-
-def _string_literals(source: str) -> list[tuple[int, str]]:
-    """(first line, text) of the multi-line string literals a candidate binds or passes (its C sources)."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return []
-    holders: list[ast.expr] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
-            holders.append(node.value)
-        elif isinstance(node, ast.Call):
-            holders.extend(node.args)
-            holders.extend(k.value for k in node.keywords)
-    found = [
-        (n.lineno, n.value)
-        for n in holders
-        if isinstance(n, ast.Constant) and isinstance(n.value, str) and "\n" in n.value and "{" in n.value
-    ]
-    return sorted(set(found))
-
-
-def map_c_lines(log_text: str, source: str) -> str:
-    """Add the candidate's line to each ``name.c:LINE:`` diagnostic of a C compiler log, where the C
-    source can be found among the candidate's string literals (the literal's first line is C line 1).
-
-    With several C literals, the one whose line matches the compiler's quoted snippet is chosen.
-    """
-    literals = _string_literals(source)
-    if not literals:
-        return log_text
-    lines = log_text.splitlines()
-    out = []
-    for i, raw in enumerate(lines):
-        m = _C_DIAG_LINE.match(raw.strip())
-        if not m:
-            out.append(raw)
-            continue
-        c_line = int(m["line"])
-        fits = [(first, text) for first, text in literals if len(text.splitlines()) >= c_line]
-        snippet = next((_SNIPPET.match(x) for x in lines[i + 1 : i + 3] if _SNIPPET.match(x)), None)
-        if len(fits) > 1 and snippet and int(snippet["line"]) == c_line:
-            fits = [(f, t) for f, t in fits if t.splitlines()[c_line - 1].strip() == snippet["text"].strip()]
-        if len(fits) == 1:
-            raw = f"{raw}  [candidate line {fits[0][0] + c_line - 1}]"
-        out.append(raw)
-    return "\n".join(out)
-
-
-def _failure(ev: Evaluation, source: str) -> str:
+def _failure(ev: Evaluation) -> str:
     r = ev.result
     text = f"{r.status}: {r.reason}"
     if r.details.strip():
-        details = map_c_lines(r.details, source) if ev.device == "cpu" else r.details
-        text += "\n" + _tail(details)
+        text += "\n" + _tail(r.details)
     return text
 
 
@@ -200,7 +145,7 @@ class _Tools:
         ev = self._evaluate(source, timed=False)
         self._done("compile_candidate", started, ev.result.wall_s, ev.status, source)
         if ev.status == "compile_error":
-            return _failure(ev, source)
+            return _failure(ev)
         return "ok: it compiled. (check_candidate tells whether it runs and matches the reference.)"
 
     def _compile_cuda(self, source: str) -> tuple[str, str]:
@@ -227,7 +172,7 @@ class _Tools:
         self._done("check_candidate", started, ev.result.wall_s, ev.status, source)
         if ev.status == "ok":
             return f"ok: correct. {_errors(ev)}".strip()
-        text = _failure(ev, source)
+        text = _failure(ev)
         errors = _errors(ev)
         return f"{text}\n{errors}" if errors else text
 
@@ -237,7 +182,7 @@ class _Tools:
         self._done("profile_candidate", started, ev.result.wall_s, ev.status, source)
         timing = ev.result.timing
         if ev.status != "ok" or timing is None or "candidate" not in timing.stats:
-            return _failure(ev, source)
+            return _failure(ev)
         eager, cand = timing.stats["eager"], timing.stats["candidate"]
         speedup = eager.median_ms / cand.median_ms
         return (
