@@ -20,7 +20,7 @@ from agents import registry
 from agents.base import Role, RoleContext
 from agents.coder import candidate_id
 from agents.llm import BudgetExceeded
-from graphs.state import RunInput, RunOutput, RunState, best_candidate, message
+from graphs.state import RunInput, RunOutput, RunState, best_candidate, merge_usage, message
 from tools.evaluation import evaluate
 
 log = structlog.get_logger(__name__)
@@ -116,6 +116,9 @@ def _usage_of(calls: list[Any]) -> dict[str, dict[str, float]]:
         for key in ("input_tokens", "output_tokens", "dollars", "seconds"):
             u[key] = u.get(key, 0) + (getattr(call, key, 0) or 0)
         u["llm_calls"] = u.get("llm_calls", 0) + 1
+        if call.tool_calls:  # sandbox jobs the model asked for count against the sandbox-time budget
+            u["tool_calls"] = u.get("tool_calls", 0) + len(call.tool_calls)
+            u["job_s"] = u.get("job_s", 0) + sum(t.get("seconds", 0) for t in call.tool_calls)
     return usage
 
 
@@ -136,7 +139,7 @@ def wrap(name: str, fn: Callable[[dict[str, Any], RoleContext], dict[str, Any]],
             update = {"stop_reason": f"budget: {exc}"}
         if chat is not None and len(chat.calls) > first_call:
             calls = chat.calls[first_call:]
-            update = {**update, "usage": {**update.get("usage", {}), **_usage_of(calls)}}
+            update = {**update, "usage": merge_usage(update.get("usage", {}), _usage_of(calls))}
             cid = candidate_id(state["idea"]) if "idea" in state else None
             update["messages"] = [*update.get("messages", []), *_call_messages(calls, state.get("round", 0), cid)]
         bound.info("node_end", keys=sorted(update))

@@ -67,6 +67,7 @@ def test_compile_error_is_repaired_from_the_log(tmp_path: Path) -> None:
     repair_prompt = model.seen[2][-1].content
     assert "compile_error" in repair_prompt and "row_max" in repair_prompt  # the compiler's complaint
     assert state["usage"]["coder"]["llm_calls"] == 2
+    assert state["usage"]["coder"]["jobs"] == 2  # the coder's own checks survive the LLM accounting
     assert {m["kind"] for m in state["messages"] if m["role"] == "coder"} >= {"prompt", "answer", "tool_result"}
     assert state["stop_reason"] == "completed 1 rounds"
 
@@ -130,3 +131,4 @@ def test_coder_tool_calls_reach_the_trace(tmp_path: Path) -> None:
     tool_msgs = [m for m in state["messages"] if m["content"].startswith("check_candidate")]
     assert [m["kind"] for m in tool_msgs] == ["tool_call", "tool_result"]
     assert tool_msgs[1]["content"].startswith("check_candidate: ok") and tool_msgs[1]["candidate_id"] == "c1-0"
+    assert state["usage"]["coder"]["tool_calls"] == 1 and state["usage"]["coder"]["job_s"] > 0
