@@ -177,6 +177,7 @@ def _finish(paths: Any, state: dict[str, Any]) -> int:
 
     print("\n".join(tree_lines(state)))
     print(f"\nrun {paths.run_id}: {state.get('stop_reason')}; best/ and report.md in {paths.dir}")
+    print(f"how it got there: kforge trace {paths.run_id}")
     return EXIT_OK
 
 
