@@ -13,6 +13,7 @@ from tools.compile import (
     check_candidate_cuda,
     embedded_cuda_sources,
     load_c,
+    map_c_log_to_candidate,
     nvrtc_compile,
     nvrtc_version,
     uses_load_inline,
@@ -303,3 +304,14 @@ def test_c_compile_error_log_names_the_current_source(cache: Path) -> None:
     report = build_c(BROKEN_C, name="second")
     assert report.name == "second"
     assert "second.c:4: error:" in report.log
+
+
+def test_c_errors_map_to_the_candidate_line_only_for_an_exact_literal() -> None:
+    c_src = "int f(int a) {\n  return a + nope;\n}\n"
+    candidate = f'import x\n\nSRC = """{c_src}"""\n'
+    log = "kernel.c:2: error: ‘nope’ undeclared"
+    mapped = map_c_log_to_candidate(log, c_src, candidate, "cand.py")
+    assert mapped is not None
+    text, diagnostics = mapped
+    assert text == "cand.py:4: error: ‘nope’ undeclared" and diagnostics[0].line == 4
+    assert map_c_log_to_candidate(log, c_src + "// built at run time\n", candidate, "cand.py") is None
