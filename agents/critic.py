@@ -1,8 +1,10 @@
 """The critic: judges this round's candidates, keeps the best, writes feedback, decides whether to go on.
 
 The verdict is a ``Literal``: ``accepted`` (verified, timed, a real number) or ``rejected`` (with the
-reason). The anti-cheat checks join here as they land (issue 6); today a candidate must pass the
-harness's own checks: fresh seeded inputs, untouched inputs, a correct result from a timed call.
+reason). A candidate must pass the harness's own checks (fresh seeded inputs, untouched inputs, a
+correct result from a timed call) and the static anti-cheat checks of ``tools.checks`` (issue 6): a
+trick found in its source rejects it, naming the trick and the line; a precision downgrade only under
+the ``strict`` policy.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 
 from agents.base import Candidate, RoleContext
 from graphs.state import best_candidate, message
+from tools.checks import blocking, static_findings
 
 
 def budget_stop(state: dict[str, Any], settings: Any) -> str | None:
@@ -35,7 +38,13 @@ class Critic:
     name = "critic"
     fan_out = False
 
-    def judge(self, c: Candidate) -> tuple[str, str]:
+    def judge(self, c: Candidate, ctx: RoleContext) -> tuple[str, str]:
+        if c.get("source"):
+            policy = getattr(ctx.settings, "policy", "relaxed")
+            found = blocking(static_findings(c["source"], ctx.problem.info), policy)
+            if found:
+                f = found[0]
+                return "rejected", f"anti-cheat: {f.trick} at line {f.line}: {f.detail}"
         if c.get("status") != "ok":
             return "rejected", f"{c.get('status')}: {c.get('reason')}"
         if c.get("speedup_vs_best") is None:
@@ -48,7 +57,7 @@ class Critic:
         updates, messages = [], []
         for c in candidates:
             if c.get("verdict") is None:
-                verdict, reason = self.judge(c)
+                verdict, reason = self.judge(c, ctx)
                 updates.append(Candidate(id=c["id"], verdict=verdict, critic_reason=reason))  # type: ignore[typeddict-item]
                 messages.append(message("critic", "decision", f"{c['id']}: {verdict} — {reason}", round_, c["id"]))
         judged = {u["id"]: u for u in updates}

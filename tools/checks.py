@@ -18,264 +18,56 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from tools.cheat_tricks import (
+    C_FAST_MATH,
+    C_LOW_PRECISION,
+    C_SOURCE,
+    C_STREAM,
+    C_THREAD,
+    CACHE_DECORATORS,
+    CONTAINERS,
+    DYNAMIC_BUILTINS,
+    DYNAMIC_CODE,
+    FORGERY_STRINGS,
+    FRAME_ATTRS,
+    FRAME_BUILTINS,
+    FRAME_INSPECTION,
+    FRAME_MODULES,
+    FRAME_NAMES,
+    GLOBAL_CALLS,
+    GLOBAL_STATE,
+    KEY_CALLS,
+    LAZY_TENSOR,
+    LOW_DTYPES,
+    PATCHED_ROOTS,
+    PRECISION_ATTRS,
+    PRECISION_CALLS,
+    PRECISION_DOWNGRADE,
+    PRECISION_METHODS,
+    REFERENCE_INHERITANCE,
+    REFERENCE_OP,
+    RESULT_CACHE,
+    SIDE_STREAM,
+    STREAM_CALLS,
+    THREAD,
+    THREAD_CALLS,
+    THREAD_MODULES,
+    TIMER_PATCH,
+    TIMER_WORDS,
+    TORCH_OP_NAMESPACES,
+    TRICKS,
+    VERDICT_FORGERY,
+    Finding,
+    blocking,
+    heavy_names,
+)
 
 if TYPE_CHECKING:
     from tools.problem import ProblemInfo
 
-SIDE_STREAM = "side_stream"
-THREAD = "thread"
-LAZY_TENSOR = "lazy_tensor"
-TIMER_PATCH = "timer_patch"
-GLOBAL_STATE = "global_state"
-RESULT_CACHE = "result_cache"
-REFERENCE_OP = "reference_op"
-REFERENCE_INHERITANCE = "reference_inheritance"
-FRAME_INSPECTION = "frame_inspection"
-DYNAMIC_CODE = "dynamic_code"
-PRECISION_DOWNGRADE = "precision_downgrade"
-VERDICT_FORGERY = "verdict_forgery"
-TRICKS = (
-    SIDE_STREAM,
-    THREAD,
-    LAZY_TENSOR,
-    TIMER_PATCH,
-    GLOBAL_STATE,
-    RESULT_CACHE,
-    REFERENCE_OP,
-    REFERENCE_INHERITANCE,
-    FRAME_INSPECTION,
-    DYNAMIC_CODE,
-    PRECISION_DOWNGRADE,
-    VERDICT_FORGERY,
-)
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One trick found at one line (1-based, of the candidate source; None when it has no place)."""
-
-    trick: str
-    line: int | None
-    detail: str
-    policy_dependent: bool = False  # True: allowed under the relaxed policy, rejected under strict
-
-    def __str__(self) -> str:
-        return f"{self.trick} at line {self.line}: {self.detail}"
-
-
-def blocking(findings: list[Finding], policy: str) -> list[Finding]:
-    """The findings that reject a candidate under ``policy`` ("relaxed" or "strict")."""
-    return [f for f in findings if not f.policy_dependent or policy == "strict"]
-
-
-# ----------------------------------------------------------------------------------- what is flagged
-
-THREAD_MODULES = ("threading", "_thread", "concurrent", "multiprocessing", "asyncio", "subprocess")
-THREAD_CALLS = {
-    "os.fork",
-    "os.forkpty",
-    "os.system",
-    "os.popen",
-    "os.posix_spawn",
-    "os.posix_spawnp",
-    "os.spawnl",
-    "os.spawnv",
-    "os.spawnlp",
-    "os.spawnvp",
-    "os.execv",
-    "os.execvp",
-    "pty.fork",
-    "torch.jit.fork",
-    "torch.jit._fork",
-    "torch.multiprocessing",
-}
-FRAME_MODULES = ("inspect", "gc", "__main__", "sandbox", "tools.timing", "tools.correctness", "tools.evaluation")
-FRAME_NAMES = {
-    "sys._getframe",
-    "sys._current_frames",
-    "sys.modules",
-    "sys.settrace",
-    "sys.setprofile",
-    "sys.exc_info",
-    "threading.settrace",
-    "threading.setprofile",
-    "traceback.extract_stack",
-    "traceback.walk_stack",
-    "traceback.walk_tb",
-    "traceback.format_stack",
-    "traceback.print_stack",
-    "traceback.StackSummary",
-    "ctypes.pythonapi",
-    "ctypes.py_object",
-    "ctypes.PyDLL",
-}
-FRAME_ATTRS = {
-    "f_back",
-    "f_locals",
-    "f_globals",
-    "f_code",
-    "tb_frame",
-    "tb_next",
-    "gi_frame",
-    "cr_frame",
-    "__globals__",
-    "__closure__",
-    "__subclasses__",
-    "__builtins__",
-}
-FRAME_BUILTINS = {"globals", "vars", "locals"}
-DYNAMIC_BUILTINS = {"exec", "eval", "compile", "__import__"}
-PATCHED_ROOTS = ("time", "torch", "cupy", "timeit", "builtins", "numpy", "os", "sys", "tools", "sandbox", "ctypes")
-TIMER_WORDS = ("time", "perf_counter", "monotonic", "synchronize", "elapsed", "Event", "record", "clock")
-GLOBAL_CALLS = {
-    "torch.set_num_threads",
-    "torch.set_num_interop_threads",
-    "torch.use_deterministic_algorithms",
-    "torch.set_flush_denormal",
-    "torch.set_default_dtype",
-    "torch.set_default_device",
-    "torch.cuda.set_per_process_memory_fraction",
-    "torch.cuda.set_sync_debug_mode",
-    "torch.cuda.memory.set_per_process_memory_fraction",
-}
-STREAM_CALLS = {
-    "torch.cuda.Stream",
-    "torch.Stream",
-    "torch.cuda.streams.Stream",
-    "torch.cuda.stream",
-    "torch.cuda.StreamContext",
-    "torch.cuda.set_stream",
-    "torch.cuda.ExternalStream",
-    "torch.cuda.graphs.CUDAGraph",
-    "torch.cuda.CUDAGraph",
-    "torch.cuda.graph",
-    "cupy.cuda.Stream",
-    "cupy.cuda.stream.Stream",
-    "cupy.cuda.ExternalStream",
-    "cupy.cuda.stream.ExternalStream",
-    "cupy.cuda.Stream.ptds",
-}
-CACHE_DECORATORS = {"functools.cache", "functools.lru_cache", "functools.cached_property"}
-KEY_CALLS = {"data_ptr", "_cdata", "tobytes", "storage", "untyped_storage"}
-LOW_DTYPES = {
-    "float16": ("torch.float16", "torch.half", "cupy.float16", "numpy.float16"),
-    "bfloat16": ("torch.bfloat16",),
-}
-PRECISION_CALLS = {
-    "torch.autocast",
-    "torch.amp.autocast",
-    "torch.cuda.amp.autocast",
-    "torch.cpu.amp.autocast",
-    "torch.set_float32_matmul_precision",
-}
-PRECISION_ATTRS = {"allow_tf32", "allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction"}
-PRECISION_METHODS = {"half": "float16", "bfloat16": "bfloat16"}
-# Patterns in C/CUDA source strings.
-C_STREAM = re.compile(r"\bcuda(StreamCreate\w*|StreamBeginCapture|GraphLaunch)\b|getStreamFromPool|cudaStreamPerThread")
-C_THREAD = re.compile(r"\bpthread_detach\b|\.detach\s*\(\s*\)|\bfork\s*\(\s*\)")
-C_LOW_PRECISION = {
-    "float16": re.compile(r"\b__half2?\b|cuda_fp16\.h|__float2half|\bhalf2?\s*\*"),
-    "bfloat16": re.compile(r"__nv_bfloat16|cuda_bf16\.h|__float2bfloat16"),
-    "tf32": re.compile(r"\btf32\b|wmma::precision::tf32|__float_to_tf32"),
-}
-C_SOURCE = re.compile(r'__global__|#include|extern\s+"C"|#define|#pragma|\bvoid\s+\w+\s*\(')
-C_FAST_MATH = re.compile(r"-?-use_fast_math")
-FORGERY_STRINGS = re.compile(r"KFRG\d?|result[-_]fd|/proc/self/fd|/dev/fd|/proc/\d+/fd")
-
-# The reference's heavy ops: the aten base name -> every Python spelling that computes it.
-HEAVY_OPS: dict[str, set[str]] = {
-    "softmax": {"softmax", "_softmax", "Softmax", "softmax_"},
-    "log_softmax": {"log_softmax", "_log_softmax", "LogSoftmax"},
-    "layer_norm": {"layer_norm", "native_layer_norm", "LayerNorm"},
-    "group_norm": {"group_norm", "native_group_norm", "GroupNorm"},
-    "batch_norm": {
-        "batch_norm",
-        "native_batch_norm",
-        "_native_batch_norm_legit",
-        "_native_batch_norm_legit_no_training",
-        "BatchNorm1d",
-        "BatchNorm2d",
-        "BatchNorm3d",
-    },
-    "instance_norm": {"instance_norm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"},
-    "rms_norm": {"rms_norm", "_fused_rms_norm", "RMSNorm"},
-    "mm": {"mm", "matmul", "bmm", "addmm", "baddbmm", "addbmm", "linear", "Linear", "einsum", "tensordot", "chain_matmul",
-           "multi_dot", "inner", "dot", "vdot", "mv", "addmv", "matrix_power", "Bilinear", "bilinear", "__matmul__"},
-    "convolution": {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "Conv1d", "Conv2d", "Conv3d",
-                    "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "ConvTranspose1d",
-                    "ConvTranspose2d", "ConvTranspose3d", "cudnn_convolution"},
-    "attention": {"scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
-                  "_scaled_dot_product_efficient_attention", "MultiheadAttention", "multi_head_attention_forward"},
-    "cumsum": {"cumsum", "cumsum_"},
-    "sort": {"sort", "argsort", "topk", "msort"},
-}  # fmt: skip
-ATEN_FAMILY = {
-    "_softmax": "softmax",
-    "softmax": "softmax",
-    "_log_softmax": "log_softmax",
-    "log_softmax": "log_softmax",
-    "native_layer_norm": "layer_norm",
-    "layer_norm": "layer_norm",
-    "native_group_norm": "group_norm",
-    "group_norm": "group_norm",
-    "native_batch_norm": "batch_norm",
-    "_native_batch_norm_legit": "batch_norm",
-    "_native_batch_norm_legit_no_training": "batch_norm",
-    "_native_batch_norm_legit_functional": "batch_norm",
-    "batch_norm": "batch_norm",
-    "instance_norm": "instance_norm",
-    "_fused_rms_norm": "rms_norm",
-    "rms_norm": "rms_norm",
-    "mm": "mm",
-    "bmm": "mm",
-    "addmm": "mm",
-    "baddbmm": "mm",
-    "matmul": "mm",
-    "linear": "mm",
-    "dot": "mm",
-    "mv": "mm",
-    "addmv": "mm",
-    "convolution": "convolution",
-    "_convolution": "convolution",
-    "cudnn_convolution": "convolution",
-    "_scaled_dot_product_flash_attention": "attention",
-    "_scaled_dot_product_efficient_attention": "attention",
-    "_scaled_dot_product_cudnn_attention": "attention",
-    "scaled_dot_product_attention": "attention",
-    "cumsum": "cumsum",
-    "sort": "sort",
-    "topk": "sort",
-}
-TORCH_OP_NAMESPACES = (
-    "torch",
-    "torch.nn.functional",
-    "torch.nn",
-    "torch.nn.modules",
-    "torch._C._nn",
-    "torch._C._VariableFunctions",
-    "torch.ops.aten",
-    "torch.special",
-    "torch.linalg",
-    "torch.Tensor",
-    "torch._refs",
-    "torch._decomp",
-    "torch._prims",
-    "torch.func",
-)
-
-
-def heavy_names(aten_ops: dict[str, int] | list[str]) -> set[str]:
-    """Python spellings of the problem's heavy aten ops (``aten._softmax.default`` -> softmax, Softmax ...)."""
-    names: set[str] = set()
-    for op in aten_ops:
-        parts = op.split(".")
-        base = parts[1] if len(parts) >= 2 and parts[0] == "aten" else parts[0]
-        family = ATEN_FAMILY.get(base)
-        if family:
-            names |= HEAVY_OPS[family]
-    return names
+__all__ = ["TRICKS", "Finding", "blocking", "static_findings"]
 
 
 # ----------------------------------------------------------------------------------------- analysis
@@ -341,7 +133,7 @@ class _Checker(ast.NodeVisitor):
             self.add(SIDE_STREAM, node, f"uses {name}: work on a stream other than the current one escapes the timer")
         if name in THREAD_CALLS or name.startswith(tuple(m + "." for m in (*THREAD_MODULES, "torch.multiprocessing"))):
             self.add(THREAD, node, f"uses {name}: work on another thread or process escapes the timer")
-        if name in FRAME_NAMES or name.startswith(("inspect.", "gc.", "sys._getframe")):
+        if name in FRAME_NAMES or name.startswith(("inspect.", "gc.", *(n + "." for n in FRAME_NAMES))):
             self.add(FRAME_INSPECTION, node, f"uses {name}, which can read the harness's frames or objects")
         if name in GLOBAL_CALLS:
             self.add(GLOBAL_STATE, node, f"calls {name}, which changes how the reference runs too")
@@ -350,8 +142,6 @@ class _Checker(ast.NodeVisitor):
         for dtype, spellings in LOW_DTYPES.items():
             if name in spellings and dtype in self.low:
                 self.add(PRECISION_DOWNGRADE, node, f"uses {name}, below the problem's precision", True)
-        if name in CACHE_DECORATORS:
-            pass  # judged on the decorated function
         if name in ("torch.Tensor._make_subclass", "torch.Tensor._make_wrapper_subclass") or name.startswith(
             ("torch.overrides", "torch.utils._python_dispatch", "torch._subclasses")
         ):
@@ -508,24 +298,24 @@ class _Checker(ast.NodeVisitor):
             and not (isinstance(func.value, ast.Name) and func.value.id in ("self", *self.module_names))
         ):  # x.softmax(...); not _lib.matmul(...), a C function bound at module level
             self.add(REFERENCE_OP, node, f"calls .{func.attr}(), the reference's own op")
-        if (name and name.startswith("ctypes.")) or (
+        raw_memory = (name or "").startswith("ctypes.") or (
             isinstance(func, ast.Attribute) and func.attr in ("from_address", "string_at", "memmove", "cast")
+        )
+        if raw_memory and any(
+            isinstance(s, ast.Call) and isinstance(s.func, ast.Name) and s.func.id == "id"
+            for a in node.args
+            for s in ast.walk(a)
         ):
-            if any(
-                isinstance(s, ast.Call) and isinstance(s.func, ast.Name) and s.func.id == "id"
-                for a in node.args
-                for s in ast.walk(a)
-            ):
-                self.add(FRAME_INSPECTION, node, "reads a Python object's memory through ctypes and id()")
+            self.add(FRAME_INSPECTION, node, "reads a Python object's memory through ctypes and id()")
         if fname == "open" and fname not in self.aliases and node.args:
             arg = node.args[0]
             if isinstance(arg, ast.Constant) and isinstance(arg.value, int):
                 self.add(VERDICT_FORGERY, node, f"opens file descriptor {arg.value}: can forge the verdict")
         if isinstance(func, ast.Attribute) and func.attr in ("write", "writelines"):
             base = self.dotted(func.value)
-            if base and base.startswith(("sys.stdout", "sys.stderr", "sys.__stdout__", "sys.__stderr__")):
-                if self.mentions_status(node):
-                    self.add(VERDICT_FORGERY, node, f"writes a verdict-like record to {base}")
+            streams = ("sys.stdout", "sys.stderr", "sys.__stdout__", "sys.__stderr__")
+            if base and base.startswith(streams) and self.mentions_status(node):
+                self.add(VERDICT_FORGERY, node, f"writes a verdict-like record to {base}")
         if fname == "print" and self.mentions_status(node):
             self.add(VERDICT_FORGERY, node, "prints a verdict-like record")
         if isinstance(func, ast.Attribute) and func.attr in PRECISION_METHODS:
@@ -537,9 +327,9 @@ class _Checker(ast.NodeVisitor):
                 self.add(SIDE_STREAM, node, "non_blocking transfer: its work can finish after the timer stops")
             if kw.arg == "options" or kw.arg == "extra_cuda_cflags":
                 for sub in ast.walk(kw.value):
-                    if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and C_FAST_MATH.search(sub.value):
-                        if self.low:
-                            self.add(PRECISION_DOWNGRADE, node, "compiles with --use_fast_math", True)
+                    text = sub.value if isinstance(sub, ast.Constant) and isinstance(sub.value, str) else ""
+                    if self.low and C_FAST_MATH.search(text):
+                        self.add(PRECISION_DOWNGRADE, node, "compiles with --use_fast_math", True)
         self.check_cache_call(node)
         self.generic_visit(node)
 
@@ -593,8 +383,7 @@ class _Checker(ast.NodeVisitor):
     def is_container_call(self, value: ast.expr) -> bool:
         if isinstance(value, ast.Call):
             n = self.dotted(value.func) or (value.func.id if isinstance(value.func, ast.Name) else "")
-            return n in ("dict", "list", "collections.OrderedDict", "collections.defaultdict", "weakref.WeakKeyDictionary",
-                         "weakref.WeakValueDictionary")  # fmt: skip
+            return n in CONTAINERS
         return False
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
@@ -638,9 +427,10 @@ class _Checker(ast.NodeVisitor):
 
     def check_cache_call(self, node: ast.Call) -> None:
         f = node.func
-        if isinstance(f, ast.Attribute) and f.attr in ("get", "setdefault", "pop", "__getitem__", "__contains__"):
-            if node.args and self.is_key(node.args[0]) is not None and self.dotted(f) is None:
-                self.add(RESULT_CACHE, node, f"looks a result up by a tensor's address, identity or content (.{f.attr})")
+        lookup = isinstance(f, ast.Attribute) and f.attr in ("get", "setdefault", "pop", "__getitem__", "__contains__")
+        if lookup and node.args and self.is_key(node.args[0]) is not None and self.dotted(f) is None:
+            what = f"looks a result up by a tensor's address, identity or content (.{f.attr})"  # type: ignore[union-attr]
+            self.add(RESULT_CACHE, node, what)
         fwd = self.in_forward()
         if fwd is not None and isinstance(f, ast.Name) and f.id in self.cached_functions:
             params = {a.arg for a in fwd.args.args[1:]}

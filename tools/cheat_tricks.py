@@ -1,0 +1,273 @@
+"""Anti-cheat: the tricks the static checks name, and what in a source gives each one away.
+
+The tables here (modules, calls and attributes per trick; the Python spellings of each heavy aten op)
+are read by ``tools.checks``, which walks a candidate's syntax tree. ``Finding`` is one trick at one
+line; ``blocking`` applies the tolerance policy to the precision findings.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+SIDE_STREAM = "side_stream"
+THREAD = "thread"
+LAZY_TENSOR = "lazy_tensor"
+TIMER_PATCH = "timer_patch"
+GLOBAL_STATE = "global_state"
+RESULT_CACHE = "result_cache"
+REFERENCE_OP = "reference_op"
+REFERENCE_INHERITANCE = "reference_inheritance"
+FRAME_INSPECTION = "frame_inspection"
+DYNAMIC_CODE = "dynamic_code"
+PRECISION_DOWNGRADE = "precision_downgrade"
+VERDICT_FORGERY = "verdict_forgery"
+TRICKS = (
+    SIDE_STREAM,
+    THREAD,
+    LAZY_TENSOR,
+    TIMER_PATCH,
+    GLOBAL_STATE,
+    RESULT_CACHE,
+    REFERENCE_OP,
+    REFERENCE_INHERITANCE,
+    FRAME_INSPECTION,
+    DYNAMIC_CODE,
+    PRECISION_DOWNGRADE,
+    VERDICT_FORGERY,
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One trick found at one line (1-based, of the candidate source; None when it has no place)."""
+
+    trick: str
+    line: int | None
+    detail: str
+    policy_dependent: bool = False  # True: allowed under the relaxed policy, rejected under strict
+
+    def __str__(self) -> str:
+        return f"{self.trick} at line {self.line}: {self.detail}"
+
+
+def blocking(findings: list[Finding], policy: str) -> list[Finding]:
+    """The findings that reject a candidate under ``policy`` ("relaxed" or "strict")."""
+    return [f for f in findings if not f.policy_dependent or policy == "strict"]
+
+
+# ----------------------------------------------------------------------------------- what is flagged
+
+THREAD_MODULES = ("threading", "_thread", "concurrent", "multiprocessing", "asyncio", "subprocess")
+THREAD_CALLS = {
+    "os.fork",
+    "os.forkpty",
+    "os.system",
+    "os.popen",
+    "os.posix_spawn",
+    "os.posix_spawnp",
+    "os.spawnl",
+    "os.spawnv",
+    "os.spawnlp",
+    "os.spawnvp",
+    "os.execv",
+    "os.execvp",
+    "pty.fork",
+    "torch.jit.fork",
+    "torch.jit._fork",
+    "torch.multiprocessing",
+}
+FRAME_MODULES = ("inspect", "gc", "__main__", "sandbox", "tools.timing", "tools.correctness", "tools.evaluation")
+FRAME_NAMES = {
+    "sys._getframe",
+    "sys._current_frames",
+    "sys.modules",
+    "sys.settrace",
+    "sys.setprofile",
+    "sys.exc_info",
+    "threading.settrace",
+    "threading.setprofile",
+    "traceback.extract_stack",
+    "traceback.walk_stack",
+    "traceback.walk_tb",
+    "traceback.format_stack",
+    "traceback.print_stack",
+    "traceback.StackSummary",
+    "ctypes.pythonapi",
+    "ctypes.py_object",
+    "ctypes.PyDLL",
+}
+FRAME_ATTRS = {
+    "f_back",
+    "f_locals",
+    "f_globals",
+    "f_code",
+    "tb_frame",
+    "tb_next",
+    "gi_frame",
+    "cr_frame",
+    "__globals__",
+    "__closure__",
+    "__subclasses__",
+    "__builtins__",
+}
+FRAME_BUILTINS = {"globals", "vars", "locals"}
+DYNAMIC_BUILTINS = {"exec", "eval", "compile", "__import__"}
+PATCHED_ROOTS = ("time", "torch", "cupy", "timeit", "builtins", "numpy", "os", "sys", "tools", "sandbox", "ctypes")
+TIMER_WORDS = ("time", "perf_counter", "monotonic", "synchronize", "elapsed", "Event", "record", "clock")
+GLOBAL_CALLS = {
+    "torch.set_num_threads",
+    "torch.set_num_interop_threads",
+    "torch.use_deterministic_algorithms",
+    "torch.set_flush_denormal",
+    "torch.set_default_dtype",
+    "torch.set_default_device",
+    "torch.cuda.set_per_process_memory_fraction",
+    "torch.cuda.set_sync_debug_mode",
+    "torch.cuda.memory.set_per_process_memory_fraction",
+}
+STREAM_CALLS = {
+    "torch.cuda.Stream",
+    "torch.Stream",
+    "torch.cuda.streams.Stream",
+    "torch.cuda.stream",
+    "torch.cuda.StreamContext",
+    "torch.cuda.set_stream",
+    "torch.cuda.ExternalStream",
+    "torch.cuda.graphs.CUDAGraph",
+    "torch.cuda.CUDAGraph",
+    "torch.cuda.graph",
+    "cupy.cuda.Stream",
+    "cupy.cuda.stream.Stream",
+    "cupy.cuda.ExternalStream",
+    "cupy.cuda.stream.ExternalStream",
+    "cupy.cuda.Stream.ptds",
+}
+CONTAINERS = {
+    "dict",
+    "list",
+    "collections.OrderedDict",
+    "collections.defaultdict",
+    "weakref.WeakKeyDictionary",
+    "weakref.WeakValueDictionary",
+}
+CACHE_DECORATORS = {"functools.cache", "functools.lru_cache", "functools.cached_property"}
+KEY_CALLS = {"data_ptr", "_cdata", "tobytes", "storage", "untyped_storage"}
+LOW_DTYPES = {
+    "float16": ("torch.float16", "torch.half", "cupy.float16", "numpy.float16"),
+    "bfloat16": ("torch.bfloat16",),
+}
+PRECISION_CALLS = {
+    "torch.autocast",
+    "torch.amp.autocast",
+    "torch.cuda.amp.autocast",
+    "torch.cpu.amp.autocast",
+    "torch.set_float32_matmul_precision",
+}
+PRECISION_ATTRS = {"allow_tf32", "allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction"}
+PRECISION_METHODS = {"half": "float16", "bfloat16": "bfloat16"}
+# Patterns in C/CUDA source strings.
+C_STREAM = re.compile(r"\bcuda(StreamCreate\w*|StreamBeginCapture|GraphLaunch)\b|getStreamFromPool|cudaStreamPerThread")
+C_THREAD = re.compile(r"\bpthread_detach\b|\.detach\s*\(\s*\)|\bfork\s*\(\s*\)")
+C_LOW_PRECISION = {
+    "float16": re.compile(r"\b__half2?\b|cuda_fp16\.h|__float2half|\bhalf2?\s*\*"),
+    "bfloat16": re.compile(r"__nv_bfloat16|cuda_bf16\.h|__float2bfloat16"),
+    "tf32": re.compile(r"\btf32\b|wmma::precision::tf32|__float_to_tf32"),
+}
+C_SOURCE = re.compile(r'__global__|#include|extern\s+"C"|#define|#pragma|\bvoid\s+\w+\s*\(')
+C_FAST_MATH = re.compile(r"-?-use_fast_math")
+FORGERY_STRINGS = re.compile(r"KFRG\d?|result[-_]fd|/proc/self/fd|/dev/fd|/proc/\d+/fd")
+
+# The reference's heavy ops: the aten base name -> every Python spelling that computes it.
+HEAVY_OPS: dict[str, set[str]] = {
+    "softmax": {"softmax", "_softmax", "Softmax", "softmax_"},
+    "log_softmax": {"log_softmax", "_log_softmax", "LogSoftmax"},
+    "layer_norm": {"layer_norm", "native_layer_norm", "LayerNorm"},
+    "group_norm": {"group_norm", "native_group_norm", "GroupNorm"},
+    "batch_norm": {
+        "batch_norm",
+        "native_batch_norm",
+        "_native_batch_norm_legit",
+        "_native_batch_norm_legit_no_training",
+        "BatchNorm1d",
+        "BatchNorm2d",
+        "BatchNorm3d",
+    },
+    "instance_norm": {"instance_norm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"},
+    "rms_norm": {"rms_norm", "_fused_rms_norm", "RMSNorm"},
+    "mm": {"mm", "matmul", "bmm", "addmm", "baddbmm", "addbmm", "linear", "Linear", "einsum", "tensordot",
+           "chain_matmul", "multi_dot", "inner", "dot", "vdot", "mv", "addmv", "matrix_power", "Bilinear",
+           "bilinear", "__matmul__"},
+    "convolution": {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "Conv1d", "Conv2d", "Conv3d",
+                    "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "ConvTranspose1d",
+                    "ConvTranspose2d", "ConvTranspose3d", "cudnn_convolution"},
+    "attention": {"scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
+                  "_scaled_dot_product_efficient_attention", "MultiheadAttention", "multi_head_attention_forward"},
+    "cumsum": {"cumsum", "cumsum_"},
+    "sort": {"sort", "argsort", "topk", "msort"},
+}  # fmt: skip
+ATEN_FAMILY = {
+    "_softmax": "softmax",
+    "softmax": "softmax",
+    "_log_softmax": "log_softmax",
+    "log_softmax": "log_softmax",
+    "native_layer_norm": "layer_norm",
+    "layer_norm": "layer_norm",
+    "native_group_norm": "group_norm",
+    "group_norm": "group_norm",
+    "native_batch_norm": "batch_norm",
+    "_native_batch_norm_legit": "batch_norm",
+    "_native_batch_norm_legit_no_training": "batch_norm",
+    "_native_batch_norm_legit_functional": "batch_norm",
+    "batch_norm": "batch_norm",
+    "instance_norm": "instance_norm",
+    "_fused_rms_norm": "rms_norm",
+    "rms_norm": "rms_norm",
+    "mm": "mm",
+    "bmm": "mm",
+    "addmm": "mm",
+    "baddbmm": "mm",
+    "matmul": "mm",
+    "linear": "mm",
+    "dot": "mm",
+    "mv": "mm",
+    "addmv": "mm",
+    "convolution": "convolution",
+    "_convolution": "convolution",
+    "cudnn_convolution": "convolution",
+    "_scaled_dot_product_flash_attention": "attention",
+    "_scaled_dot_product_efficient_attention": "attention",
+    "_scaled_dot_product_cudnn_attention": "attention",
+    "scaled_dot_product_attention": "attention",
+    "cumsum": "cumsum",
+    "sort": "sort",
+    "topk": "sort",
+}
+TORCH_OP_NAMESPACES = (
+    "torch",
+    "torch.nn.functional",
+    "torch.nn",
+    "torch.nn.modules",
+    "torch._C._nn",
+    "torch._C._VariableFunctions",
+    "torch.ops.aten",
+    "torch.special",
+    "torch.linalg",
+    "torch.Tensor",
+    "torch._refs",
+    "torch._decomp",
+    "torch._prims",
+    "torch.func",
+)
+
+
+def heavy_names(aten_ops: dict[str, int] | list[str]) -> set[str]:
+    """Python spellings of the problem's heavy aten ops (``aten._softmax.default`` -> softmax, Softmax ...)."""
+    names: set[str] = set()
+    for op in aten_ops:
+        parts = op.split(".")
+        base = parts[1] if len(parts) >= 2 and parts[0] == "aten" else parts[0]
+        family = ATEN_FAMILY.get(base)
+        if family:
+            names |= HEAVY_OPS[family]
+    return names
