@@ -26,7 +26,7 @@ import traceback
 
 # Heavy imports the workers need, paid once here. None of them initialises CUDA.
 import torch
-import torch._dynamo
+import torch._dynamo  # the torch.compile reference
 
 from sandbox import worker
 
@@ -90,7 +90,7 @@ def serve(sock: socket.socket) -> None:
         if pid == 0:
             try:
                 _run_child(request, fds, sock)
-            except BaseException:
+            except BaseException:  # the set-up failed: say why on the job's stderr, then exit 70
                 traceback.print_exc()
             os._exit(70)
         for fd in fds:

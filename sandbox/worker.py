@@ -78,7 +78,7 @@ def candidate_code(phase: str) -> Iterator[None]:
         yield
     except JobFailed:
         raise
-    except BaseException as exc:
+    except BaseException as exc:  # SystemExit or KeyboardInterrupt raised by a candidate count too
         if isinstance(exc, CompileError):
             raise _compile_failure(exc, phase) from exc
         raise JobFailed(classify(exc), f"{phase}: {describe(exc)}", traceback.format_exc()) from exc
@@ -143,7 +143,7 @@ def _fp64_reference(ref: nn.Module, inputs: list[Any]) -> tuple[list[torch.Tenso
         ref64 = copy.deepcopy(ref).double()
         with torch.no_grad():
             return [o.detach() for o in correctness.flatten_outputs(ref64(*correctness.to_float64(inputs)))], ""
-    except Exception as exc:
+    except Exception as exc:  # reported in the result; the float64 error column then stays empty
         return None, f"float64 reference unavailable: {describe(exc)}"
 
 
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         result = run_job(job)
-    except BaseException as exc:
+    except BaseException as exc:  # a harness failure is reported as the job's verdict, with its traceback
         result = JobResult(
             job_id=job.job_id,
             status="crashed",

@@ -203,7 +203,7 @@ def _input_bytes_on_meta(module: types.ModuleType) -> int | None:
     try:
         with torch.device("meta"):
             inputs = module.get_inputs()
-    except Exception:
+    except Exception:  # a file that cannot make meta inputs is sized by the CPU pass instead
         return None
     return sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
 
