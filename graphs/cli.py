@@ -2,7 +2,8 @@
 
 Exit codes (``kforge eval``; the other commands use 0, 2 and 3 alike):
   0  the candidate is correct on every check (and timed)
-  1  the candidate was rejected: compile_error, runtime_error, incorrect, timeout or crashed
+  1  the candidate was rejected: compile_error, runtime_error, incorrect, timeout, crashed, or an
+     anti-cheat finding
   2  bad input: a problem or candidate file that cannot be used, or a bad option
   3  the environment cannot do what was asked: no GPU, no compiler, the sandbox failed
 """
@@ -56,6 +57,8 @@ def render(evaluation) -> str:
         f"policy {evaluation.policy}"
     ]
     lines.append(f"  verdict      {r.status}: {r.reason}")
+    for finding in evaluation.anti_cheat:
+        lines.append(f"  REJECTED     anti-cheat: {finding}")
     if r.compile:
         total = sum(c.seconds for c in r.compile)
         cached = sum(c.cached for c in r.compile)
@@ -139,7 +142,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(evaluation.model_dump_json(indent=2))
     else:
         print(render(evaluation))
-    return EXIT_OK if evaluation.status == "ok" else EXIT_REJECTED
+    return EXIT_OK if evaluation.accepted else EXIT_REJECTED
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

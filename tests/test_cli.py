@@ -237,3 +237,12 @@ def test_doctor(kforge_cache: Path) -> None:
     assert "OPENAI_API_KEY" in keys.group(1)
     assert "sk-test" not in proc.stdout
     assert "sk-test" not in proc.stderr
+
+
+def test_eval_rejects_an_anti_cheat_finding_even_when_the_answer_is_right(kforge_cache: Path) -> None:
+    cheat = ROOT / "tests" / "fixtures" / "cheats" / "reference_op_fallback.py"
+    proc = kforge(kforge_cache, "eval", "problems/softmax_small.py", str(cheat), *FAST, "--json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    evaluation = as_json(proc)
+    assert evaluation["result"]["status"] == "ok"  # it computes the right answer, by calling softmax itself
+    assert evaluation["anti_cheat"] and evaluation["anti_cheat"][0].startswith("reference_op at line")

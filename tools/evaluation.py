@@ -9,10 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import structlog
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from sandbox.config import Sandbox
 from sandbox.protocol import Ceilings, CeilingsJob, Device, EvalJob, JobResult, Policy, TimingConfig
+from tools.checks import blocking, static_findings
 from tools.errors import CandidateError, EnvironmentProblem
 from tools.problem import Problem, check_fits
 from tools.roofline import Floor, cached_ceilings, floor, percent_of_roofline, store_ceilings
@@ -31,10 +32,16 @@ class Evaluation(BaseModel):
     result: JobResult
     ceilings: Ceilings | None = None
     floor: Floor | None = None
+    anti_cheat: list[str] = Field([], description="static anti-cheat findings that reject it under the policy")
 
     @property
     def status(self) -> str:
         return self.result.status
+
+    @property
+    def accepted(self) -> bool:
+        """Correct, timed where asked, and no anti-cheat finding: a number to trust."""
+        return self.result.status == "ok" and not self.anti_cheat
 
     def speedups(self) -> dict[str, float | None]:
         timing = self.result.timing
@@ -115,7 +122,9 @@ def evaluate(
     bound = log.bind(job_id=job.job_id, problem=problem.name, candidate=candidate_name)
     bound.info("evaluate_start", device=device, policy=policy)
     result = sandbox.run(job)
+    findings = blocking(static_findings(candidate_source, problem.info), policy) if candidate_source else []
     evaluation = Evaluation(
+        anti_cheat=[str(f) for f in findings],
         problem=problem.name,
         problem_path=str(problem.path),
         candidate=candidate_name if candidate_source is not None else None,
