@@ -329,32 +329,7 @@ class ChatSession:
         Raises BudgetExceeded before a call beyond the budget, LLMError when a call fails for good, and
         ParseError when the last answer still cannot be parsed.
         """
-        from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
-
-        bound = log.bind(role=role, model=self.model_name)
-        messages: list[BaseMessage] = [SystemMessage(content=system), HumanMessage(content=user)]
-        reask = 0
-        while True:
-            self.check_budget()
-            record = self._call(role, messages, reask, bound)
-            try:
-                value = parse(record.answer)
-            except ParseError as exc:
-                record.ok, record.error = False, f"parse: {exc}"
-                self._finish(record, bound)
-                if reask >= max_reasks:
-                    raise ParseError(
-                        f"{role}: no usable answer after {reask + 1} tries: {exc}", answer=record.answer
-                    ) from exc
-                messages += [AIMessage(content=record.answer), HumanMessage(content=render_prompt("reask", error=exc))]
-                reask += 1
-                continue
-            except Exception as exc:  # a parser bug: the call still spent tokens, so record it
-                record.ok, record.error = False, f"parser raised {_one_line(exc)}"
-                self._finish(record, bound)
-                raise
-            self._finish(record, bound)
-            return value, record
+        return self._converse(role, system, user, parse=parse, max_reasks=max_reasks)
 
     def ask_with_tools(
         self,
@@ -377,23 +352,49 @@ class ChatSession:
         answer goes through ``parse`` with ``ask``'s re-asks. One CallRecord per model call; the tool
         calls an answer asked for are on its record (``tool_calls``).
         """
-        from langchain_core.messages import HumanMessage, SystemMessage
-
         if not tools:
             return self.ask(role, system, user, parse=parse, max_reasks=max_reasks)
-        bound = log.bind(role=role, model=self.model_name)
         by_name = {t.name: t for t in tools}
         try:
             model = self.model.bind_tools(list(tools))
         except NotImplementedError:  # a model without tool calling still answers in text
-            bound.warning("llm_tools_unsupported", tools=sorted(by_name))
+            log.bind(role=role, model=self.model_name).warning("llm_tools_unsupported", tools=sorted(by_name))
             model = self.model
+        return self._converse(
+            role,
+            system,
+            user,
+            parse=parse,
+            max_reasks=max_reasks,
+            model=model,
+            tools=by_name,
+            max_tool_rounds=max_tool_rounds,
+        )
+
+    def _converse(
+        self,
+        role: str,
+        system: str,
+        user: str,
+        *,
+        parse: Callable[[str], T],
+        max_reasks: int,
+        model: Any = None,
+        tools: dict[str, BaseTool] | None = None,
+        max_tool_rounds: int = 0,
+    ) -> tuple[T, CallRecord]:
+        """The conversation behind ``ask`` and ``ask_with_tools``: call, run requested tools, parse,
+        re-ask on a ParseError; one CallRecord per model call."""
+        from langchain_core.messages import HumanMessage, SystemMessage
+
+        bound = log.bind(role=role, model=self.model_name)
+        by_name = tools or {}
         messages: list[BaseMessage] = [SystemMessage(content=system), HumanMessage(content=user)]
         reask = rounds = 0
         while True:
             self.check_budget()
             record, reply = self._invoke(role, messages, reask, bound, model=model)
-            requested = _requested_calls(reply)
+            requested = _requested_calls(reply) if by_name else []
             if requested and rounds < max_tool_rounds:
                 rounds += 1
                 ran = [self._run_tool(call, by_name, bound) for call in requested]
@@ -475,9 +476,6 @@ class ChatSession:
             content=text, tool_call_id=str(call.get("id") or f"call_{name}"), name=name or "unknown", status="error"
         )
         return entry, message
-
-    def _call(self, role: str, messages: list[BaseMessage], reask: int, bound: Any) -> CallRecord:
-        return self._invoke(role, messages, reask, bound)[0]
 
     def _invoke(
         self, role: str, messages: list[BaseMessage], reask: int, bound: Any, model: Any = None
