@@ -15,6 +15,7 @@ from typing import Any
 from agents.base import Candidate, RoleContext
 from graphs.state import best_candidate, message
 from tools.checks import blocking, static_findings
+from tools.evaluation import REVIEW_SPEEDUP
 
 
 def budget_stop(state: dict[str, Any], settings: Any) -> str | None:
@@ -45,11 +46,15 @@ class Critic:
             if found:
                 f = found[0]
                 return "rejected", f"anti-cheat: {f.trick} at line {f.line}: {f.detail}"
+        if c.get("status") == "rejected":  # a dynamic check in the worker: the reason names the trick
+            return "rejected", f"anti-cheat: {c.get('reason')}"
         if c.get("status") != "ok":
             return "rejected", f"{c.get('status')}: {c.get('reason')}"
         if c.get("speedup_vs_best") is None:
             return "rejected", "verified but not timed"
-        return "accepted", f"verified on fresh inputs; {c['speedup_vs_best']:.2f}× vs the best reference"
+        speedup = c["speedup_vs_best"]
+        review = f"; over {REVIEW_SPEEDUP:g}×: flagged for review" if speedup > REVIEW_SPEEDUP else ""
+        return "accepted", f"verified on fresh inputs; {speedup:.2f}× vs the best reference{review}"
 
     def __call__(self, state: dict[str, Any], ctx: RoleContext) -> dict[str, Any]:
         round_ = state.get("round", 0)

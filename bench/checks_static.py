@@ -2,10 +2,10 @@
 
     python bench/checks_static.py
 
-Tricks: every fixture in tests/fixtures/cheats/ (one trick each, named first in its docstring) must be
-flagged with that trick. Legitimate sources: the hand-written candidates in problems/candidates/ and
-every valid parameter point of every builtin template, each against its family's small problem;
-none may be flagged.
+Tricks: every fixture in tests/fixtures/cheats/ (one trick each, named first in its docstring) whose trick
+shows in source must be flagged with that trick. Legitimate sources: the hand-written candidates in
+problems/candidates/ and every valid parameter point of every builtin template, each against its
+family's small problem; none may be flagged.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agents.builtin.catalog import TEMPLATES, render  # noqa: E402
-from tools.checks import TRICKS, static_findings  # noqa: E402
+from tools.cheat_tricks import STATIC_TRICKS  # noqa: E402
+from tools.checks import static_findings  # noqa: E402
 from tools.problem import load_problem  # noqa: E402
 
 
@@ -27,7 +28,9 @@ def main() -> None:
     caught = tried = 0
     for path in sorted((ROOT / "tests" / "fixtures" / "cheats").glob("*.py")):
         source = path.read_text()
-        trick = next(t for t in TRICKS if (ast.get_docstring(ast.parse(source)) or "").startswith(t))
+        trick = (ast.get_docstring(ast.parse(source)) or "").split(":")[0]
+        if trick not in STATIC_TRICKS:
+            continue  # a trick only running the candidate shows: bench/checks_dynamic.py counts it
         tried += 1
         caught += any(f.trick == trick for f in static_findings(source, info["softmax"]))
     flagged = checked = 0

@@ -58,10 +58,14 @@ def baseline(state: dict[str, Any], ctx: RoleContext) -> dict[str, Any]:
         "bound": ev.floor.bound if ev.floor else None,
         "device": ev.result.environment,
         "ceilings": ev.ceilings.model_dump() if ev.ceilings else None,
+        "warnings": ev.warnings,
     }
     text = f"eager {eager:.4f} ms, compile {compiled if compiled is None else round(compiled, 4)} ms"
     if data["floor_ms"]:
         text += f", floor {data['floor_ms']:.4f} ms ({data['bound']}-bound)"
+    for warning in ev.warnings:
+        log.warning("problem_warning", warning=warning)
+        text += f"\nWARNING: {warning}"
     return {
         "baseline": data,
         "round": 0,
@@ -93,6 +97,7 @@ def report(state: dict[str, Any], headline: str) -> str:
     lines += [
         f"reference: eager {b.get('eager_ms')} ms, torch.compile {b.get('compile_ms')} ms, floor {b.get('floor_ms')} ms"
     ]
+    lines += [f"\n**Warning:** {w}" for w in b.get("warnings", [])]
     lines += [
         "",
         "| id | parent | round | status | verdict | vs best | % roofline | idea |",

@@ -2,8 +2,8 @@
 
 Exit codes (``kforge eval``; the other commands use 0, 2 and 3 alike):
   0  the candidate is correct on every check (and timed)
-  1  the candidate was rejected: compile_error, runtime_error, incorrect, timeout, crashed, or an
-     anti-cheat finding
+  1  the candidate was rejected: compile_error, runtime_error, incorrect, rejected (a dynamic
+     anti-cheat finding), timeout, crashed, or a static anti-cheat finding
   2  bad input: a problem or candidate file that cannot be used, or a bad option
   3  the environment cannot do what was asked: no GPU, no compiler, the sandbox failed
 """
@@ -59,6 +59,8 @@ def render(evaluation) -> str:
     lines.append(f"  verdict      {r.status}: {r.reason}")
     for finding in evaluation.anti_cheat:
         lines.append(f"  REJECTED     anti-cheat: {finding}")
+    for warning in evaluation.warnings:
+        lines.append(f"  WARNING      {warning}")
     if r.compile:
         total = sum(c.seconds for c in r.compile)
         cached = sum(c.cached for c in r.compile)
@@ -74,7 +76,7 @@ def render(evaluation) -> str:
     if r.timing:
         t = r.timing
         lines.append(
-            f"  timing       {t.method}, interleaved, {t.input_sets} rotating input sets, "
+            f"  timing       {t.method}, interleaved, fresh input values for each of {t.input_sets} trials, "
             f"{t.flush_bytes >> 20} MiB flushed before each call"
         )
         lines.append(

@@ -18,6 +18,7 @@ import os
 from collections.abc import Callable
 
 MAGIC = b"KFRG1"
+CUT_SHORT = "the verdict was cut short"  # the worker died while writing: a crash, not a forgery
 _HEADER = len(MAGIC) + 8 + 32
 
 
@@ -36,7 +37,7 @@ def unframe(data: bytes, key: bytes) -> tuple[bytes | None, str]:
     mac = data[len(MAGIC) + 8 : _HEADER]
     payload = data[_HEADER : _HEADER + size]
     if len(payload) != size:
-        return None, "the verdict was cut short"
+        return None, CUT_SHORT
     if not hmac.compare_digest(mac, hmac.new(key, payload, hashlib.sha256).digest()):
         return None, "the verdict's signature is wrong (forged or tampered result channel)"
     if len(data) != _HEADER + size:

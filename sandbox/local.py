@@ -21,10 +21,10 @@ from pathlib import Path
 
 import structlog
 
-from sandbox.channel import unframe
+from sandbox.channel import CUT_SHORT, unframe
 from sandbox.config import LocalSandboxConfig
 from sandbox.prefork import ForkedProcess, ForkServerClient, ForkServerDied
-from sandbox.protocol import CeilingsJob, EvalJob, JobResult
+from sandbox.protocol import CeilingsJob, EvalJob, JobResult, RuntimeFinding
 
 log = structlog.get_logger(__name__)
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -181,7 +181,20 @@ class LocalSandbox:
                 exit_code=proc.returncode,
                 **tails,
             )
-        payload, why = unframe(received[0] if received else b"", key)
+        data = received[0] if received else b""
+        payload, why = unframe(data, key)
+        if payload is None and data and why != CUT_SHORT:
+            # Bytes the worker did not sign: candidate code wrote to the channel.
+            bound.info("job_forged_verdict", why=why)
+            return JobResult(
+                job_id=job.job_id,
+                status="rejected",
+                reason=f"verdict_forgery: {why}",
+                findings=[RuntimeFinding(trick="verdict_forgery", detail=why)],
+                wall_s=round(wall, 4),
+                exit_code=proc.returncode,
+                **tails,
+            )
         if payload is None:
             code = proc.returncode
             if server_died:

@@ -17,13 +17,14 @@ from tools.compile import CompileReport
 Device = Literal["cuda", "cpu"]
 Policy = Literal["relaxed", "strict"]
 Contender = Literal["eager", "compile", "candidate"]
-Status = Literal["ok", "compile_error", "runtime_error", "incorrect", "timeout", "crashed"]
+Status = Literal["ok", "compile_error", "runtime_error", "incorrect", "rejected", "timeout", "crashed"]
 
 STATUS_MEANING: dict[str, str] = {
     "ok": "compiled, correct on every check, timed",
     "compile_error": "a kernel did not compile (NVRTC, C compiler or load_inline)",
     "runtime_error": "an exception while building or running the model (CUDA error, out of memory, ...)",
     "incorrect": "ran, but an output differs from the reference beyond the tolerance, or inputs were mutated",
+    "rejected": "an anti-cheat check caught a trick while it ran (the reason names it); it is never timed",
     "timeout": "the job ran past its wall-clock limit and was killed",
     "crashed": "the worker died without a valid verdict (segfault, exit, tampered result channel)",
 }
@@ -41,10 +42,6 @@ class TimingConfig(BaseModel):
     max_trials: int = Field(10_000, ge=1)
     max_seconds: float = Field(20.0, gt=0)
     warmup_trials: int = Field(5, ge=1)
-    rotate_bytes: int = Field(
-        3 * 60 * 2**20, description="rotate input sets until they span at least this many bytes (3× an H200's L2)"
-    )
-    max_input_sets: int = Field(16, ge=1)
     flush_cache: bool = Field(True, description="overwrite a buffer larger than the last-level cache before each call")
 
 
@@ -128,7 +125,7 @@ class TimingStats(BaseModel):
 
 class TimingReport(BaseModel):
     method: Literal["cuda_events", "perf_counter"]
-    input_sets: int = Field(description="distinct input sets rotated through the timed calls")
+    input_sets: int = Field(description="distinct input sets: fresh values (same buffers) before every trial")
     flush_bytes: int = Field(description="bytes overwritten before each timed call to evict the cache")
     interleaved: bool = True
     stats: dict[str, TimingStats]
@@ -163,6 +160,17 @@ class Ceilings(BaseModel):
     torch_version: str
 
 
+class RuntimeFinding(BaseModel):
+    """A trick the worker saw while the candidate ran (the dynamic anti-cheat checks)."""
+
+    trick: str = Field(description="a name from tools.cheat_tricks.TRICKS")
+    detail: str
+    blocking: bool = Field(True, description="False: reported only (reduced precision under the relaxed policy)")
+
+    def __str__(self) -> str:
+        return f"{self.trick}: {self.detail}"
+
+
 class JobResult(BaseModel):
     """The worker's verdict on one job."""
 
@@ -174,6 +182,8 @@ class JobResult(BaseModel):
     correctness: CorrectnessReport | None = None
     timing: TimingReport | None = None
     ceilings: Ceilings | None = None
+    findings: list[RuntimeFinding] = Field([], description="dynamic anti-cheat findings, blocking or not")
+    warnings: list[str] = Field([], description="things a user should know: a degenerate problem, ...")
     phases: dict[str, float] = Field({}, description="seconds spent in each phase of the worker")
     environment: dict[str, str] = {}
     stdout_tail: str = ""

@@ -17,6 +17,7 @@ import os
 import platform
 import resource
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -35,14 +36,23 @@ from sandbox.protocol import (
     EvalJob,
     Job,
     JobResult,
+    RuntimeFinding,
     Status,
     TimingReport,
 )
-from tools import correctness, timing
-from tools.compile import check_candidate_cuda, map_c_log_to_candidate
+from tools import correctness, runtime_checks, timing
+from tools.cheat_tricks import (
+    CONSTANT_OUTPUT,
+    HARD_CODED_SHAPE,
+    INPUT_MUTATION,
+    RESULT_CACHE,
+    UNINITIALISED_MEMORY,
+)
+from tools.compile import CompileReport, check_candidate_cuda, map_c_log_to_candidate
 from tools.device import cpu_name
 from tools.errors import CompileError, ProblemError
 from tools.problem import build_model, exec_source, import_source, make_inputs
+from tools.runtime_checks import AuditWatch, HarnessSnapshot, OpRecorder
 
 OUTPUT_LIMIT_BYTES = 256 << 20  # a candidate flooding stdout or disk is killed by SIGXFSZ
 
@@ -147,6 +157,248 @@ def _fp64_reference(ref: nn.Module, inputs: list[Any]) -> tuple[list[torch.Tenso
         return None, f"float64 reference unavailable: {describe(exc)}"
 
 
+class Reference:
+    """Everything computed before candidate code exists: the model, expected answers, timing inputs."""
+
+    def __init__(self, job: EvalJob, device: torch.device, phases: Phases) -> None:
+        self.notes: list[str] = []
+        with phases("reference"):
+            try:
+                self.module = exec_source(job.problem_source, job.problem_name, "problem")
+            except ProblemError as exc:
+                raise JobFailed("runtime_error", f"problem: {exc}") from exc
+            self.timer = timing.make_timer(device)  # captures the clock functions: before candidate code
+            self.init = list(self.module.get_init_inputs())
+            self.model = build_model(self.module.Model, self.init, device, job.seed)
+            self.recorder = OpRecorder()
+            self.expected = [self._expected(job, device, i) for i in range(job.n_checks)]
+            self.atol, self.rtol = correctness.tolerance(job.policy, self.expected[0][2][0].dtype)
+            self.warnings = runtime_checks.degenerate_warnings(self.expected[0][2], self.atol, self.rtol, job.policy)
+            self.variant = self._shape_variant(job, device)
+            self.timing_inputs = make_inputs(self.module.get_inputs, device, 2_000_000_007)
+            fresh = lambda k: make_inputs(self.module.get_inputs, device, 2_000_000_011 + k)  # noqa: E731
+            self.refresh = timing.refresher(fresh, self.timing_inputs)
+            self.contenders: dict[str, Callable[..., Any]] = {}
+            if "eager" in job.references:
+                self.contenders["eager"] = self.model
+            if "compile" in job.references:
+                compiled = torch.compile(self.model)
+                with torch.no_grad():
+                    compiled(*self.timing_inputs)  # compile now, while torch is still pristine
+                self.contenders["compile"] = compiled
+
+    def _expected(self, job: EvalJob, device: torch.device, i: int) -> Expected:
+        seed = job.seed * 1_000_003 + i + 1
+        inputs = make_inputs(self.module.get_inputs, device, seed)
+        with torch.no_grad(), self.recorder if i == 0 else contextlib.nullcontext():
+            raw = correctness.flatten_outputs(self.model(*inputs))
+        outs = [o.detach().clone() for o in raw]
+        runtime_checks.poison_tensors(raw)  # a candidate must not find this answer in freed memory
+        outs64, note = _fp64_reference(self.model, inputs)
+        if note and note not in self.notes:
+            self.notes.append(note)
+        return seed, inputs, outs, outs64
+
+    def _shape_variant(self, job: EvalJob, device: torch.device) -> tuple[str, list[Any], list[torch.Tensor]] | None:
+        """Inputs of a second valid shape and their answers, or None (with a note) where there is none."""
+        variant = runtime_checks.shape_variant(job.problem_source, self.module)
+        if not variant:
+            self.notes.append("second-shape check skipped: no size constant that only get_inputs() reads")
+            return None
+        described = ", ".join(f"{k} {getattr(self.module, k)}→{v}" for k, v in variant.items())
+        try:
+            with runtime_checks.patched_constants(self.module, variant), torch.no_grad():
+                inputs = make_inputs(self.module.get_inputs, device, job.seed * 1_000_003 + 99)
+                raw = correctness.flatten_outputs(self.model(*inputs))
+        except Exception as exc:  # the problem does not allow that shape: the check does not apply
+            self.notes.append(f"second-shape check skipped: the reference fails with {described}: {describe(exc)}")
+            return None
+        outs = [o.detach().clone() for o in raw]
+        runtime_checks.poison_tensors(raw)
+        return described, inputs, outs
+
+
+Expected = tuple[int, list[Any], list[torch.Tensor], list[torch.Tensor] | None]
+
+
+class Rejected(Exception):
+    """A blocking anti-cheat finding: the job ends with status ``rejected``."""
+
+    def __init__(self, findings: list[RuntimeFinding]) -> None:
+        super().__init__(str(findings[0]))
+        self.findings = findings
+
+
+class CandidateRun:
+    """Runs the candidate under watch: correctness checks, then the anti-cheat probes."""
+
+    def __init__(self, job: EvalJob, device: torch.device, ref: Reference, candidate: nn.Module, watch: Watch) -> None:
+        self.job, self.device, self.ref, self.candidate, self.watch = job, device, ref, candidate, watch
+        self.findings: list[RuntimeFinding] = []
+        self.ops = OpRecorder()
+        self._previous: list[torch.Tensor] = []  # the last call's outputs, held so their memory stays theirs
+
+    def note(self, found: list[RuntimeFinding]) -> None:
+        self.findings += [f for f in found if str(f) not in {str(g) for g in self.findings}]
+        if any(f.blocking for f in found):
+            raise Rejected([f for f in self.findings if f.blocking])
+
+    def call(self, inputs: list[Any], what: str, poison_value: float = float("nan")) -> list[Any]:
+        """One watched call on ``inputs`` after poisoning freed memory; its flattened outputs."""
+        runtime_checks.poison(self.device, self.ref.expected[0][2], poison_value)
+        recorder = OpRecorder()
+        with candidate_code(what), torch.no_grad(), self.watch.audit.on(), recorder:
+            out, found = runtime_checks.watch_call(
+                self.candidate, inputs, self.device, self.ref.timer.synchronize, self.watch.threads
+            )
+        self.ops.ops.update(recorder.ops)
+        self.ops.low_dtypes.update(recorder.low_dtypes)
+        self.note(found)
+        outs = correctness.flatten_outputs(out)
+        reused = {t.untyped_storage().data_ptr() for t in self._previous} & {
+            t.untyped_storage().data_ptr() for t in outs if isinstance(t, torch.Tensor) and t.numel()
+        }
+        if reused:
+            self.note([runtime_checks.finding(RESULT_CACHE, "returned the same output memory as its previous call")])
+        self._previous = [t for t in outs if isinstance(t, torch.Tensor)]
+        return outs
+
+    def check(self) -> list[CheckResult]:
+        checks = []
+        for seed, inputs, outs, outs64 in self.ref.expected:
+            used = correctness.clone_inputs(inputs)
+            actual = self.call(used, f"running the candidate (seed {seed})")
+            check = correctness.compare(actual, outs, outs64, self.job.policy, seed)
+            changed = correctness.mutated_inputs(inputs, used)
+            if changed:
+                self.note([runtime_checks.finding(INPUT_MUTATION, f"modified input(s) {changed} (seed {seed})")])
+            if not check.passed and all(c.passed for c in checks):
+                self.diagnose_failure(inputs, used, outs)
+            elif check.passed:
+                for a, e in zip(actual, outs, strict=True):
+                    why = runtime_checks.constant_output(a, e, *correctness.tolerance(self.job.policy, e.dtype))
+                    if why:
+                        self.note([runtime_checks.finding(CONSTANT_OUTPUT, why)])
+            checks.append(check)
+        return checks
+
+    def diagnose_failure(self, inputs: list[Any], used: list[Any], outs: list[torch.Tensor]) -> None:
+        """Name the cause of a wrong answer where a rerun can tell it.
+
+        Right on the same values in new buffers (the old ones still held, so no pointer repeats): an
+        answer replayed from an earlier call. Wrong again, but right when freed memory holds the
+        reference's answer: a read of memory it never wrote (the reference's freed output, most often).
+        """
+        fresh = correctness.clone_inputs(inputs)
+        if self._rerun_passes(fresh, outs, lambda: runtime_checks.poison(self.device, outs)):
+            why = "wrong on inputs in buffers it had seen before, right on the same values in new buffers"
+            self.note([runtime_checks.finding(RESULT_CACHE, why)])
+        fresh = correctness.clone_inputs(inputs)
+        if self._rerun_passes(fresh, outs, lambda: runtime_checks.prime(self.device, outs)):
+            why = "wrong when freed memory is poisoned, right when it holds the reference's answer"
+            self.note([runtime_checks.finding(UNINITIALISED_MEMORY, why + ": the output is memory it never wrote")])
+        del used  # held until here so that the reruns' buffers are new
+
+    def _rerun_passes(self, inputs: list[Any], outs: list[torch.Tensor], prepare: Callable[[], None]) -> bool:
+        prepare()
+        try:
+            with self.watch.audit.on(), torch.no_grad():
+                actual = correctness.flatten_outputs(self.candidate(*inputs))
+        except Exception as exc:  # the first failure stands; a rerun only names its cause when it can
+            self.ref.notes.append(f"diagnosis rerun raised {describe(exc)}")
+            return False
+        return correctness.compare(actual, outs, None, self.job.policy, -1).passed
+
+    def probe(self) -> None:
+        """The checks that need a candidate already known to be correct."""
+        job, ref = self.job, self.ref
+        seed, inputs, outs, _ = ref.expected[0]
+        # Poisoned with a huge finite value this time: fmax-style reads can hide a NaN poison.
+        again = self.call(correctness.clone_inputs(inputs), "running the candidate again", poison_value=1e30)
+        if not correctness.compare(again, outs, None, job.policy, seed).passed:
+            self.note([runtime_checks.finding(UNINITIALISED_MEMORY, "the answer changed with what freed memory held")])
+        if len(ref.expected) > 1:
+            # Same buffers the candidate has seen, new values: a cache keyed by pointer or id replays.
+            buffers = correctness.clone_inputs(inputs)
+            self.call(buffers, "running the candidate (replay check)")
+            _, inputs2, outs2, _ = ref.expected[1]
+            for buf, new in zip(buffers, inputs2, strict=True):
+                if isinstance(buf, torch.Tensor):
+                    buf.copy_(new)
+            replay = self.call(buffers, "running the candidate (replay check)")
+            if not correctness.compare(replay, outs2, None, job.policy, -1).passed:
+                self.note(
+                    [
+                        runtime_checks.finding(
+                            RESULT_CACHE, "new values in a buffer it had already seen got the old buffer's answer"
+                        )
+                    ]
+                )
+        if ref.variant is not None:
+            described, inputs3, outs3 = ref.variant
+            try:
+                other = self.call(correctness.clone_inputs(inputs3), "running the candidate (second shape)")
+            except JobFailed as failed:
+                self.note([runtime_checks.finding(HARD_CODED_SHAPE, f"fails with {described}: {failed.reason}")])
+            else:
+                check = correctness.compare(other, outs3, None, job.policy, -1)
+                if not check.passed:
+                    self.note([runtime_checks.finding(HARD_CODED_SHAPE, f"wrong with {described}: {check.reason}")])
+        if self.device.type == "cuda":
+            used = correctness.clone_inputs(inputs)
+            with candidate_code("running the candidate (stream check)"), torch.no_grad(), self.watch.audit.on():
+                streams, current = runtime_checks.kernel_streams(lambda: self.candidate(*used), self.device)
+            self.note(runtime_checks.stream_findings(streams, current))
+        self.note(
+            runtime_checks.op_findings(
+                self.ops, ref.recorder.heavy_families(), bool(ref.recorder.low_dtypes), job.policy
+            )
+        )
+        self.note(self.watch.changes())
+
+
+class Watch:
+    """The pristine harness, recorded before the candidate is imported; ``changes`` compares to it."""
+
+    def __init__(self, device: torch.device, candidate_file: str) -> None:
+        self.device = device
+        self.snapshot = HarnessSnapshot(device)
+        self.audit = AuditWatch(candidate_file)
+        self.threads = set(threading.enumerate())
+        self.stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
+        self.l2 = runtime_checks.l2_state(self.stream) if self.stream is not None else None
+
+    def changes(self) -> list[RuntimeFinding]:
+        found = self.snapshot.changes() + self.audit.findings
+        if self.stream is not None and self.l2 is not None:
+            found += runtime_checks.l2_findings(self.l2, runtime_checks.l2_state(self.stream))
+        return found
+
+
+def _result(job: EvalJob, status: Status, reason: str, ref: Reference, phases: Phases, **fields: Any) -> JobResult:
+    return JobResult(
+        job_id=job.job_id,
+        status=status,
+        reason=reason,
+        details="\n".join(ref.notes),
+        warnings=ref.warnings,
+        phases=phases.seconds,
+        **fields,
+    )
+
+
+def _compile_check(job: EvalJob, env: dict[str, str], phases: Phases) -> list[CompileReport]:
+    with phases("compile_check"):
+        arch = job.arch or env["arch"] + ("a" if env["arch"] == "sm_90" else "")
+        reports = check_candidate_cuda(job.candidate_source or "", arch=arch, filename=job.candidate_name)
+    failed = [r for r in reports if not r.ok]
+    if failed:
+        first = failed[0].diagnostics[0] if failed[0].diagnostics else None
+        where = f" at line {first.line}: {first.message}" if first else ""
+        raise JobFailed("compile_error", f"NVRTC{where}", failed[0].log)
+    return reports
+
+
 def run_eval(job: EvalJob, phases: Phases) -> JobResult:
     device = torch.device(job.device)
     if device.type == "cuda":
@@ -155,135 +407,106 @@ def run_eval(job: EvalJob, phases: Phases) -> JobResult:
         device = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(device)
     env = environment(device)
-    notes: list[str] = []
-
-    with phases("reference"):
-        try:
-            module = exec_source(job.problem_source, job.problem_name, "problem")
-        except ProblemError as exc:
-            raise JobFailed("runtime_error", f"problem: {exc}") from exc
-        timer = timing.make_timer(device)  # captures the clock functions: before candidate code
-        init = list(module.get_init_inputs())
-        ref = build_model(module.Model, init, device, job.seed)
-        expected: list[tuple[int, list[Any], list[torch.Tensor], list[torch.Tensor] | None]] = []
-        for i in range(job.n_checks):
-            seed = job.seed * 1_000_003 + i + 1
-            inputs = make_inputs(module.get_inputs, device, seed)
-            with torch.no_grad():
-                outs = [o.detach().clone() for o in correctness.flatten_outputs(ref(*inputs))]
-            outs64, note = _fp64_reference(ref, inputs)
-            if note and note not in notes:
-                notes.append(note)
-            expected.append((seed, inputs, outs, outs64))
-        input_bytes = sum(x.numel() * x.element_size() for x in expected[0][1] if isinstance(x, torch.Tensor))
-        n_sets = timing.input_set_count(input_bytes, job.timing)
-        timing_inputs = [make_inputs(module.get_inputs, device, 2_000_000_007 + j) for j in range(n_sets)]
-        contenders: dict[str, Callable[..., Any]] = {}
-        if "eager" in job.references:
-            contenders["eager"] = ref
-        if "compile" in job.references:
-            compiled = torch.compile(ref)
-            with torch.no_grad():
-                compiled(*timing_inputs[0])  # compile now, while torch is still pristine
-            contenders["compile"] = compiled
-
-    compile_reports = []
-    copied = 0
+    ref = Reference(job, device, phases)
+    contenders = dict(ref.contenders)
+    common: dict[str, Any] = {"environment": env}
+    run = None
     if job.candidate_source is not None:
         _candidate.update(source=job.candidate_source, name=job.candidate_name)
         if device.type == "cuda":
-            with phases("compile_check"):
-                arch = job.arch or env["arch"] + ("a" if env["arch"] == "sm_90" else "")
-                compile_reports = check_candidate_cuda(job.candidate_source, arch=arch, filename=job.candidate_name)
-            failed = [r for r in compile_reports if not r.ok]
-            if failed:
-                first = failed[0].diagnostics[0] if failed[0].diagnostics else None
-                where = f" at line {first.line}: {first.message}" if first else ""
-                raise JobFailed("compile_error", f"NVRTC{where}", failed[0].log)
-
-        with phases("import"), candidate_code("importing the candidate"):
-            cand_module = import_source(job.candidate_source, job.candidate_name, "candidate")
-            model_cls = getattr(cand_module, "ModelNew", None)
-            if not (isinstance(model_cls, type) and issubclass(model_cls, nn.Module)):
-                raise JobFailed("runtime_error", "the candidate defines no `ModelNew` nn.Module subclass")
-            candidate = build_model(model_cls, init, device, job.seed)
-            copied = _copy_parameters(ref, candidate)
-
-        with phases("correctness"):
-            checks = []
-            for seed, inputs, outs, outs64 in expected:
-                used = correctness.clone_inputs(inputs)
-                with candidate_code(f"running the candidate (seed {seed})"), torch.no_grad():
-                    actual = candidate(*used)
-                    timer.synchronize()
-                check = correctness.compare(actual, outs, outs64, job.policy, seed)
-                changed = correctness.mutated_inputs(inputs, used)
-                if check.passed and changed:
-                    check = CheckResult(seed=seed, passed=False, reason=f"the candidate modified input(s) {changed}")
-                checks.append(check)
-            report = CorrectnessReport(
+            common["compile"] = _compile_check(job, env, phases)
+        watch = Watch(device, job.candidate_name)
+        try:
+            with phases("import"), candidate_code("importing the candidate"), watch.audit.on():
+                cand_module = import_source(job.candidate_source, job.candidate_name, "candidate")
+                model_cls = getattr(cand_module, "ModelNew", None)
+                if not (isinstance(model_cls, type) and issubclass(model_cls, nn.Module)):
+                    raise JobFailed("runtime_error", "the candidate defines no `ModelNew` nn.Module subclass")
+                candidate = build_model(model_cls, ref.init, device, job.seed)
+                copied = _copy_parameters(ref.model, candidate)
+            run = CandidateRun(job, device, ref, candidate, watch)
+            run.note(watch.changes() + runtime_checks.inherited_reference(model_cls, ref.module.Model))
+            with phases("correctness"):
+                checks = run.check()
+            common["correctness"] = CorrectnessReport(
                 passed=all(c.passed for c in checks),
                 policy=job.policy,
-                atol=correctness.tolerance(job.policy, expected[0][2][0].dtype)[0],
-                rtol=correctness.tolerance(job.policy, expected[0][2][0].dtype)[1],
+                atol=ref.atol,
+                rtol=ref.rtol,
                 checks=checks,
                 parameters_copied=copied,
             )
-        if not report.passed:
-            first_bad = next(c for c in checks if not c.passed)
-            return JobResult(
-                job_id=job.job_id,
-                status="incorrect",
-                reason=f"seed {first_bad.seed}: {first_bad.reason}",
-                details="\n".join(notes),
-                compile=compile_reports,
-                correctness=report,
-                phases=phases.seconds,
-                environment=env,
+            if not common["correctness"].passed:
+                run.note(watch.changes())  # a wrong answer from a candidate caught cheating: name the trick
+                first_bad = next(c for c in checks if not c.passed)
+                return _result(
+                    job,
+                    "incorrect",
+                    f"seed {first_bad.seed}: {first_bad.reason}",
+                    ref,
+                    phases,
+                    findings=run.findings,
+                    **common,
+                )
+            with phases("anti_cheat"):
+                run.probe()
+        except JobFailed:
+            found = [f for f in watch.changes() if f.blocking]
+            if not found:
+                raise
+            # The exception came after a trick the watch saw (a frame read that found nothing, say).
+            watch.snapshot.restore_switches()
+            return _result(job, "rejected", str(found[0]), ref, phases, findings=found, **common)
+        except Rejected as rejected:
+            watch.snapshot.restore_switches()
+            return _result(
+                job,
+                "rejected",
+                str(rejected.findings[0]),
+                ref,
+                phases,
+                findings=run.findings if run else rejected.findings,
+                **common,
             )
         contenders["candidate"] = candidate
-    else:
-        report = None
 
     timing_report = None
     if job.time_candidate and contenders:
         with phases("timing"), candidate_code("timing the candidate"):
-            stats, last, seconds = timing.time_interleaved(contenders, timing_inputs, timer, job.timing, job.seed)
+            audit = run.watch.audit.on() if run else contextlib.nullcontext()
+            with audit:
+                stats, last, trials, seconds = timing.time_interleaved(
+                    contenders, ref.timing_inputs, ref.refresh, ref.timer, job.timing, job.seed
+                )
         timing_report = TimingReport(
-            method=timer.method,  # type: ignore[arg-type]
-            input_sets=n_sets,
-            flush_bytes=timer.flush_bytes if job.timing.flush_cache else 0,
+            method=ref.timer.method,  # type: ignore[arg-type]
+            input_sets=trials,
+            flush_bytes=ref.timer.flush_bytes if job.timing.flush_cache else 0,
             stats=stats,
             seconds=round(seconds, 4),
         )
-        if "candidate" in last and "eager" in last:
-            # The last timed call's output must be a real answer for the inputs it was given.
-            set_index, out = last["candidate"]
-            ref_index, ref_out = last["eager"]
-            assert set_index == ref_index
-            check = correctness.compare(out, correctness.flatten_outputs(ref_out), None, job.policy, -1)
-            if not check.passed:
-                return JobResult(
-                    job_id=job.job_id,
-                    status="incorrect",
-                    reason=f"a timed call returned a wrong result ({check.reason}): results reused across calls?",
-                    compile=compile_reports,
-                    correctness=report,
-                    timing=timing_report,
-                    phases=phases.seconds,
-                    environment=env,
-                )
-    return JobResult(
-        job_id=job.job_id,
-        status="ok",
-        reason="correct on every check" if report else "reference timed",
-        details="\n".join(notes),
-        compile=compile_reports,
-        correctness=report,
-        timing=timing_report,
-        phases=phases.seconds,
-        environment=env,
-    )
+        common["timing"] = timing_report
+        if run is not None:
+            try:
+                run.note(run.watch.changes())
+                if "eager" in last:
+                    # The last timed call's output must be a real answer for the inputs it was given.
+                    check = correctness.compare(
+                        last["candidate"], correctness.flatten_outputs(last["eager"]), None, job.policy, -1
+                    )
+                    if not check.passed:
+                        run.note(
+                            [
+                                runtime_checks.finding(
+                                    RESULT_CACHE,
+                                    f"a timed call returned a wrong answer for its inputs ({check.reason})",
+                                )
+                            ]
+                        )
+            except Rejected as rejected:
+                return _result(job, "rejected", str(rejected.findings[0]), ref, phases, findings=run.findings, **common)
+    reason = "correct on every check" if run else "reference timed"
+    return _result(job, "ok", reason, ref, phases, findings=run.findings if run else [], **common)
 
 
 def run_job(job: EvalJob | CeilingsJob) -> JobResult:

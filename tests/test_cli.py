@@ -244,5 +244,7 @@ def test_eval_rejects_an_anti_cheat_finding_even_when_the_answer_is_right(kforge
     proc = kforge(kforge_cache, "eval", "problems/softmax_small.py", str(cheat), *FAST, "--json")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     evaluation = as_json(proc)
-    assert evaluation["result"]["status"] == "ok"  # it computes the right answer, by calling softmax itself
+    # It computes the right answer, by calling softmax itself: the source shows it, and so does the run.
+    assert evaluation["result"]["status"] == "rejected"
+    assert evaluation["result"]["reason"].startswith("reference_op: executed aten._softmax")
     assert evaluation["anti_cheat"] and evaluation["anti_cheat"][0].startswith("reference_op at line")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from sandbox.config import LocalSandboxConfig
 from sandbox.local import LocalSandbox
 from sandbox.protocol import EvalJob, JobResult, TimingConfig
 from tests.conftest import CANDIDATES, FIXTURES, PROBLEMS
+from tools.timing import CpuTimer
 
 HOSTILE = FIXTURES / "hostile"
 QUICK = TimingConfig(min_trials=10, min_seconds=0.0, warmup_trials=2)
@@ -117,7 +119,8 @@ def test_fake_verdict_on_stdout_is_not_believed(sandbox: LocalSandbox) -> None:
 
 def test_forged_result_channel_is_rejected(sandbox: LocalSandbox) -> None:
     result = run(sandbox, HOSTILE / "forge_channel.py")
-    assert result.status == "crashed"
+    assert result.status == "rejected"
+    assert result.reason.startswith("verdict_forgery: ")
     assert "did not write" in result.reason or "signature" in result.reason
 
 
@@ -134,25 +137,39 @@ def test_api_keys_never_reach_the_candidate(sandbox: LocalSandbox, monkeypatch: 
 
 def test_children_left_behind_are_killed(sandbox: LocalSandbox) -> None:
     result = run(sandbox, HOSTILE / "leave_child.py")
-    assert result.status == "ok", result.reason
+    assert result.status == "rejected" and result.reason.startswith("thread: child process"), result.reason
     pid = int(re.search(r"CHILD (\d+)", result.stdout_tail).group(1))  # type: ignore[union-attr]
-    # Zombies reaped by init can linger a moment; a live `sleep` would have state S.
+    # SIGKILL lands asynchronously and zombies reaped by init linger a moment: give it 5 s to be gone.
     status = Path(f"/proc/{pid}/status")
+    deadline = time.monotonic() + 5
+    while status.exists() and "State:\tZ" not in status.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not status.exists() or "State:\tZ" in status.read_text()
 
 
 def test_mutating_inputs_is_incorrect(sandbox: LocalSandbox) -> None:
     result = run(sandbox, HOSTILE / "mutate_input.py")
-    assert result.status == "incorrect"
-    assert "modified input" in result.reason
+    assert result.status == "rejected"
+    assert result.reason.startswith("input_mutation: modified input(s) [0]")
 
 
-def test_clock_patched_by_candidate_does_not_change_timing(sandbox: LocalSandbox) -> None:
+def test_clock_patched_by_candidate_is_rejected_before_timing(sandbox: LocalSandbox) -> None:
     result = run(sandbox, HOSTILE / "patch_clock.py", time_it=True)
-    assert result.status == "ok", result.reason
-    assert result.timing is not None
-    assert result.timing.stats["candidate"].median_ms >= 2.0  # it sleeps 2 ms per call
-    assert result.timing.speedup("eager") < 1.0
+    assert result.status == "rejected", result.reason
+    assert result.reason.startswith("timer_patch: time.perf_counter was replaced")
+    assert result.timing is None
+
+
+def test_a_captured_clock_ignores_a_patched_one() -> None:
+    # Defence in depth under the rejection above: the timer keeps the clock it was built with.
+    timer = CpuTimer()
+    real = time.perf_counter
+    try:
+        time.perf_counter = lambda: 0.0  # what patch_clock.py does
+        ms, _ = timer.time_call(lambda: time.sleep(0.002), [])
+    finally:
+        time.perf_counter = real
+    assert ms >= 2.0
 
 
 def test_reference_only_job_times_the_baseline(sandbox: LocalSandbox) -> None:

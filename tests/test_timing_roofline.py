@@ -1,4 +1,4 @@
-"""Timing statistics, input rotation and roofline floors; ceilings measured for real on the CPU."""
+"""Timing statistics, fresh inputs per trial and roofline floors; ceilings measured for real on the CPU."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tests.conftest import PROBLEMS
 from tools.evaluation import get_ceilings
 from tools.problem import load_problem
 from tools.roofline import cached_ceilings, floor, percent_of_roofline
-from tools.timing import CpuTimer, input_set_count, summarize, time_interleaved
+from tools.timing import CpuTimer, refresher, summarize, time_interleaved
 
 H200_LIKE = Ceilings(
     device="cuda",
@@ -36,11 +36,22 @@ def test_summarize() -> None:
     assert s.spread == pytest.approx(s.iqr_ms / 50.5)
 
 
-def test_input_rotation_spans_the_cache() -> None:
-    cfg = TimingConfig()
-    assert input_set_count(1 << 30, cfg) == 2  # huge inputs: two sets already evict the cache
-    assert input_set_count(60 << 20, cfg) == 3
-    assert input_set_count(1024, cfg) == cfg.max_input_sets
+def test_every_trial_gets_fresh_values_in_the_same_buffers() -> None:
+    buffers = [torch.zeros(8), 3]
+    refresh = refresher(lambda k: [torch.full((8,), float(k)), 3], buffers)
+    pointer = buffers[0].data_ptr()
+    seen = []
+
+    def record(x: torch.Tensor, n: int) -> torch.Tensor:
+        seen.append((x.data_ptr(), float(x[0]), n))
+        return x * n
+
+    cfg = TimingConfig(min_trials=4, min_seconds=0.0, warmup_trials=1)
+    stats, last, trials, _ = time_interleaved({"f": record}, buffers, refresh, CpuTimer(), cfg)
+    assert trials == 4 and stats["f"].trials == 4
+    assert [v for _, v, _ in seen[1:]] == [0.0, 1.0, 2.0, 3.0]  # after the warm-up call: one value per trial
+    assert {p for p, _, _ in seen} == {pointer}
+    assert torch.equal(last["f"], torch.full((8,), 9.0))
 
 
 def test_interleaved_timing_tells_slow_from_fast() -> None:
@@ -51,13 +62,13 @@ def test_interleaved_timing_tells_slow_from_fast() -> None:
         time.sleep(0.003)
         return x + 1
 
-    sets = [[torch.randn(1000)] for _ in range(3)]
+    inputs = [torch.randn(1000)]
+    refresh = refresher(lambda k: [torch.randn(1000)], inputs)
     cfg = TimingConfig(min_trials=20, min_seconds=0.0, warmup_trials=1)
-    stats, last, seconds = time_interleaved({"fast": fast, "slow": slow}, sets, CpuTimer(), cfg)
-    assert stats["fast"].trials == stats["slow"].trials == 20
+    stats, last, trials, seconds = time_interleaved({"fast": fast, "slow": slow}, inputs, refresh, CpuTimer(), cfg)
+    assert stats["fast"].trials == stats["slow"].trials == trials == 20
     assert stats["slow"].median_ms >= 3.0 > stats["fast"].median_ms
-    index, out = last["fast"]
-    assert torch.equal(out, sets[index][0] + 1)
+    assert torch.equal(last["fast"], inputs[0] + 1)
     assert seconds > 0.06
 
 

@@ -22,7 +22,13 @@ FRAME_INSPECTION = "frame_inspection"
 DYNAMIC_CODE = "dynamic_code"
 PRECISION_DOWNGRADE = "precision_downgrade"
 VERDICT_FORGERY = "verdict_forgery"
-TRICKS = (
+L2_PERSISTENCE = "l2_persistence"
+# Tricks only running the candidate shows (tools.runtime_checks and the worker name them).
+INPUT_MUTATION = "input_mutation"
+CONSTANT_OUTPUT = "constant_output"
+UNINITIALISED_MEMORY = "uninitialised_memory"
+HARD_CODED_SHAPE = "hard_coded_shape"
+STATIC_TRICKS = (
     SIDE_STREAM,
     THREAD,
     LAZY_TENSOR,
@@ -35,7 +41,10 @@ TRICKS = (
     DYNAMIC_CODE,
     PRECISION_DOWNGRADE,
     VERDICT_FORGERY,
+    L2_PERSISTENCE,
 )
+DYNAMIC_ONLY_TRICKS = (INPUT_MUTATION, CONSTANT_OUTPUT, UNINITIALISED_MEMORY, HARD_CODED_SHAPE)
+TRICKS = STATIC_TRICKS + DYNAMIC_ONLY_TRICKS
 
 
 @dataclass(frozen=True)
@@ -143,6 +152,9 @@ STREAM_CALLS = {
     "cupy.cuda.stream.ExternalStream",
     "cupy.cuda.Stream.ptds",
 }
+# Calls that set a persisting-L2 carve-out or an access-policy window (trailing names, any module).
+L2_CALL_NAMES = ("deviceSetLimit", "cudaDeviceSetLimit", "cudaStreamSetAttribute", "streamSetAttribute",
+                 "cuStreamSetAttribute", "cuCtxSetLimit", "cudaAccessPolicyWindow")  # fmt: skip
 CONTAINERS = {
     "dict",
     "list",
@@ -168,6 +180,7 @@ PRECISION_ATTRS = {"allow_tf32", "allow_fp16_reduced_precision_reduction", "allo
 PRECISION_METHODS = {"half": "float16", "bfloat16": "bfloat16"}
 # Patterns in C/CUDA source strings.
 C_STREAM = re.compile(r"\bcuda(StreamCreate\w*|StreamBeginCapture|GraphLaunch)\b|getStreamFromPool|cudaStreamPerThread")
+C_L2_PERSIST = re.compile(r"accessPolicyWindow|cudaAccessPolicyWindow|PersistingL2|cudaAccessPropertyPersisting")
 C_THREAD = re.compile(r"\bpthread_detach\b|\.detach\s*\(\s*\)|\bfork\s*\(\s*\)")
 C_LOW_PRECISION = {
     "float16": re.compile(r"\b__half2?\b|cuda_fp16\.h|__float2half|\bhalf2?\s*\*"),

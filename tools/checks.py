@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from tools.cheat_tricks import (
     C_FAST_MATH,
+    C_L2_PERSIST,
     C_LOW_PRECISION,
     C_SOURCE,
     C_STREAM,
@@ -39,6 +40,8 @@ from tools.cheat_tricks import (
     GLOBAL_CALLS,
     GLOBAL_STATE,
     KEY_CALLS,
+    L2_CALL_NAMES,
+    L2_PERSISTENCE,
     LAZY_TENSOR,
     LOW_DTYPES,
     PATCHED_ROOTS,
@@ -129,6 +132,8 @@ class _Checker(ast.NodeVisitor):
 
     def check_name(self, name: str, node: ast.AST) -> None:
         """Rules on a resolved dotted name, wherever it appears (called, passed, assigned)."""
+        if name.split(".")[-1] in L2_CALL_NAMES:
+            self.add(L2_PERSISTENCE, node, f"uses {name}: data kept hot in L2 survives the cache flush")
         if name in STREAM_CALLS:
             self.add(SIDE_STREAM, node, f"uses {name}: work on a stream other than the current one escapes the timer")
         if name in THREAD_CALLS or name.startswith(tuple(m + "." for m in (*THREAD_MODULES, "torch.multiprocessing"))):
@@ -251,6 +256,7 @@ class _Checker(ast.NodeVisitor):
         rules = [
             (C_STREAM, SIDE_STREAM, "creates or uses its own CUDA stream", False),
             (C_THREAD, THREAD, "detaches a thread or forks", False),
+            (C_L2_PERSIST, L2_PERSISTENCE, "keeps data persistent in L2 across the cache flush", False),
         ]
         for dtype, pattern in C_LOW_PRECISION.items():
             if dtype in self.low:

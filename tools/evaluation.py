@@ -20,6 +20,8 @@ from tools.roofline import Floor, cached_ceilings, floor, percent_of_roofline, s
 
 log = structlog.get_logger(__name__)
 
+REVIEW_SPEEDUP = 10.0  # a speedup above this is reported, and flagged for a human to look at
+
 
 class Evaluation(BaseModel):
     """A job's verdict put in context: the problem, its roofline floor and the speedups."""
@@ -32,7 +34,8 @@ class Evaluation(BaseModel):
     result: JobResult
     ceilings: Ceilings | None = None
     floor: Floor | None = None
-    anti_cheat: list[str] = Field([], description="static anti-cheat findings that reject it under the policy")
+    anti_cheat: list[str] = Field([], description="anti-cheat findings (static, then dynamic) that reject it")
+    warnings: list[str] = Field([], description="degenerate problem, a speedup over 10× to review, ...")
 
     @property
     def status(self) -> str:
@@ -124,7 +127,8 @@ def evaluate(
     result = sandbox.run(job)
     findings = blocking(static_findings(candidate_source, problem.info), policy) if candidate_source else []
     evaluation = Evaluation(
-        anti_cheat=[str(f) for f in findings],
+        anti_cheat=[str(f) for f in findings] + [str(f) for f in result.findings if f.blocking],
+        warnings=list(result.warnings),
         problem=problem.name,
         problem_path=str(problem.path),
         candidate=candidate_name if candidate_source is not None else None,
@@ -137,5 +141,10 @@ def evaluate(
         ceilings = get_ceilings(sandbox, device, device_name)
         evaluation.ceilings = ceilings
         evaluation.floor = floor(problem.info, ceilings, policy)
+    best = evaluation.speedups().get("vs_best")
+    if best is not None and best > REVIEW_SPEEDUP:
+        evaluation.warnings.append(
+            f"{best:.1f}× over the best reference is more than {REVIEW_SPEEDUP:g}×: review it before trusting it"
+        )
     bound.info("evaluate_done", status=result.status, speedups=evaluation.speedups())
     return evaluation

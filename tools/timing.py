@@ -1,4 +1,4 @@
-"""Time contenders side by side: interleaved, cache flushed, inputs rotated, medians and spread.
+"""Time contenders side by side: interleaved, cache flushed, fresh input values every trial, medians and spread.
 
 Timers hold references to the clock functions taken when they are built: the worker builds its
 timer before it imports any candidate code, so a candidate that patches ``Event.elapsed_time``,
@@ -7,7 +7,6 @@ timer before it imports any candidate code, so a candidate that patches ``Event.
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from collections.abc import Callable
@@ -78,14 +77,14 @@ def _last_level_cache_bytes() -> int:
 
 
 class CpuTimer:
-    """``perf_counter`` around each call, with the same flush-and-rotate discipline."""
+    """``perf_counter`` around each call, with the same flush-and-refresh discipline."""
 
     method = "perf_counter"
 
     def __init__(self) -> None:
         # Twice the LLC would be the rule, but server L3s reach hundreds of MiB (480 MiB seen on a
         # CI host) and filling that before every call costs more than the calls; 64 MiB evicts L1/L2
-        # and most of a typical L3 slice. Input rotation does the rest.
+        # and most of a typical L3 slice.
         self.flush_bytes = min(max(2 * _last_level_cache_bytes(), 8 << 20), 64 << 20)
         self._flush_buf = torch.empty(self.flush_bytes // 4, dtype=torch.float32)
         self._clock = _perf_counter
@@ -106,13 +105,6 @@ def make_timer(device: torch.device) -> Timer:
     return CudaTimer(device) if device.type == "cuda" else CpuTimer()
 
 
-def input_set_count(input_bytes: int, cfg: TimingConfig) -> int:
-    """How many distinct input sets to rotate so that consecutive calls never find data in cache."""
-    if input_bytes <= 0:
-        return 2
-    return max(2, min(cfg.max_input_sets, math.ceil(cfg.rotate_bytes / input_bytes)))
-
-
 def summarize(samples_ms: list[float]) -> TimingStats:
     a = np.asarray(samples_ms, dtype=np.float64)
     p10, p25, p50, p75, p90 = np.percentile(a, [10, 25, 50, 75, 90])
@@ -128,43 +120,60 @@ def summarize(samples_ms: list[float]) -> TimingStats:
     )
 
 
+def refresher(make: Callable[[int], list[Any]], buffers: list[Any]) -> Callable[[int], None]:
+    """Refill ``buffers`` in place with the values of ``make(k)`` (a fresh seeded input set) for trial k.
+
+    Same buffers, new values: a result cached under a data pointer or an id is then a wrong answer,
+    and one cached under the contents never hits.
+    """
+
+    def refresh(k: int) -> None:
+        with torch.no_grad():
+            for buf, new in zip(buffers, make(k), strict=True):
+                if isinstance(buf, torch.Tensor):
+                    buf.copy_(new)
+
+    return refresh
+
+
 def time_interleaved(
     contenders: dict[str, Callable[..., Any]],
-    input_sets: list[list[Any]],
+    inputs: list[Any],
+    refresh: Callable[[int], None],
     timer: Timer,
     cfg: TimingConfig,
     seed: int = 0,
-) -> tuple[dict[str, TimingStats], dict[str, tuple[int, Any]], float]:
-    """Time every contender on the same rotating inputs, in a shuffled order each trial.
+) -> tuple[dict[str, TimingStats], dict[str, Any], int, float]:
+    """Time every contender on the same inputs, fresh values each trial, in a shuffled order each trial.
 
-    Returns the stats per contender, each contender's last output with the index of the input set
-    it was computed from (so the caller can check that timed calls returned real results), and the
-    wall time spent.
+    Before every trial ``refresh(trial)`` gives ``inputs`` new values; before every call the cache is
+    flushed. Returns the stats per contender, each contender's output from the last trial (so the
+    caller can check that timed calls returned real results), the number of trials and the wall time.
     """
     rng = random.Random(seed)
-    n_sets = len(input_sets)
     with torch.no_grad():
         for fn in contenders.values():
-            for i in range(cfg.warmup_trials):
-                fn(*input_sets[i % n_sets])
+            for _ in range(cfg.warmup_trials):
+                fn(*inputs)
         timer.synchronize()
         samples: dict[str, list[float]] = {name: [] for name in contenders}
-        last: dict[str, tuple[int, Any]] = {}
+        last: dict[str, Any] = {}
         order = list(contenders)
         start = _perf_counter()
         trial = 0
         while True:
+            refresh(trial)
             rng.shuffle(order)
-            set_index = trial % n_sets
             for name in order:
+                last.pop(name, None)  # the previous output is freed before the call, as a caller would
                 timer.flush()
-                ms, out = timer.time_call(contenders[name], input_sets[set_index])
+                ms, out = timer.time_call(contenders[name], inputs)
                 samples[name].append(ms)
-                last[name] = (set_index, out)
+                last[name] = out
             trial += 1
             elapsed = _perf_counter() - start
             if trial >= cfg.max_trials or elapsed >= cfg.max_seconds:
                 break
             if trial >= cfg.min_trials and elapsed >= cfg.min_seconds:
                 break
-    return {name: summarize(s) for name, s in samples.items()}, last, _perf_counter() - start
+    return {name: summarize(s) for name, s in samples.items()}, last, trial, _perf_counter() - start

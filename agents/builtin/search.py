@@ -23,7 +23,7 @@ from agents.builtin.recognise import Shape, analyse
 from agents.builtin.words import FAR_FROM_ROOFLINE, Change, expected_gain
 from tools.problem import ProblemInfo
 
-FAILED = {"compile_error", "runtime_error", "incorrect", "timeout", "crashed"}
+FAILED = {"compile_error", "runtime_error", "incorrect", "rejected", "timeout", "crashed"}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,116 @@
+"""The dynamic anti-cheat checks: every cheat fixture run in the real worker is rejected for its trick.
+
+Each fixture in ``tests/fixtures/cheats/`` is a ``ModelNew`` for ``problems/softmax_small.py`` whose
+docstring names its trick. Here it runs in a real sandboxed worker through ``tools.evaluation.evaluate``
+(static and dynamic checks together); the worker alone (its ``findings``) must name the trick too,
+except for the few tricks only the source shows (``SOURCE_ONLY``, each with the reason). Fixtures that
+use CUDA run under the ``gpu`` marker, on the GPU.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from sandbox.local import LocalSandbox
+from sandbox.protocol import TimingConfig
+from tests.conftest import FIXTURES, PROBLEMS
+from tools.evaluation import Evaluation, evaluate
+from tools.problem import load_problem
+
+CHEATS = sorted((FIXTURES / "cheats").glob("*.py"))
+QUICK = TimingConfig(min_trials=5, min_seconds=0.0, warmup_trials=1)
+# What running the candidate cannot show, and why the static checks are the ones that name it.
+SOURCE_ONLY = {
+    # prints a fake verdict: stdout is never read, so at run time it is harmless (and unseen)
+    "verdict_forgery_print",
+    # reads object memory through ctypes.cast(id(x)): no audit event, no visible effect
+    "frame_inspection_ctypes",
+    # a cache keyed by the input's contents: fresh values every trial mean it never hits (harmless)
+    "result_cache_self",
+    "result_cache_lru",
+}
+# On the CPU, malloc may hand torch.empty memory the poison never reached: caught (as incorrect)
+# but named only on the GPU, where the caching allocator's free blocks are all poisoned.
+NAMED_ON_GPU_ONLY = {"uninitialised_memory_freed_output", "uninitialised_memory_fmax"}
+
+
+def trick_of(path: Path) -> str:
+    return (ast.get_docstring(ast.parse(path.read_text())) or "").split(":")[0]
+
+
+def problem_of(path: Path) -> str:
+    """``softmax_small.py`` unless the docstring has a ``Problem: NAME`` line."""
+    found = re.search(r"^Problem: (\w+)", ast.get_docstring(ast.parse(path.read_text())) or "", re.MULTILINE)
+    return f"{found.group(1)}.py" if found else "softmax_small.py"
+
+
+def needs_gpu(path: Path) -> bool:
+    source = path.read_text()
+    return "cuda" in source.lower() or path.stem in NAMED_ON_GPU_ONLY
+
+
+def run(path: Path, device: str, problem: str = "softmax_small.py", policy: str = "relaxed") -> Evaluation:
+    return evaluate(
+        load_problem(PROBLEMS / problem),
+        path.read_text(),
+        sandbox=LocalSandbox(),
+        device=device,  # type: ignore[arg-type]
+        available_bytes=8 << 30,
+        candidate_name=path.name,
+        policy=policy,  # type: ignore[arg-type]
+        references=("eager",),
+        n_checks=3,
+        timing=QUICK,
+        timeout_s=120,
+        with_roofline=False,
+    )
+
+
+def assert_caught(path: Path, device: str) -> None:
+    trick = trick_of(path)
+    ev = run(path, device, problem_of(path), policy="strict" if trick == "precision_downgrade" else "relaxed")
+    assert not ev.accepted, ev.result
+    named = {f.split(" ")[0].rstrip(":") for f in ev.anti_cheat} | {ev.result.reason.split(":")[0]}
+    assert trick in named, (ev.anti_cheat, ev.result.status, ev.result.reason)
+    if path.stem in SOURCE_ONLY or (device == "cpu" and path.stem in NAMED_ON_GPU_ONLY):
+        return
+    dynamic = {f.trick for f in ev.result.findings} | {ev.result.reason.split(":")[0]}
+    assert trick in dynamic, (ev.result.status, ev.result.reason, ev.result.findings)
+
+
+@pytest.mark.parametrize("path", [p for p in CHEATS if not needs_gpu(p)], ids=lambda p: p.stem)
+def test_cheat_is_caught_on_the_cpu(path: Path) -> None:
+    assert_caught(path, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", CHEATS, ids=lambda p: p.stem)
+def test_cheat_is_caught_on_the_gpu(path: Path) -> None:
+    assert_caught(path, "cuda")
+
+
+@pytest.mark.parametrize("path", [p for p in CHEATS if p.stem in NAMED_ON_GPU_ONLY], ids=lambda p: p.stem)
+def test_uninitialised_reads_never_pass_on_the_cpu(path: Path) -> None:
+    ev = run(path, "cpu")
+    assert not ev.accepted and ev.result.status in ("incorrect", "rejected"), ev.result
+
+
+def test_degenerate_problem_is_flagged_and_a_real_kernel_still_passes() -> None:
+    # softmax over 32768 columns: every value is below atol=1e-2, so zeros would pass the tolerance.
+    ev = run(PROBLEMS / "candidates" / "softmax_cpu.py", "cpu", "softmax_wide_small.py")
+    assert ev.accepted, ev.result
+    assert any(w.startswith("degenerate problem: a constant") for w in ev.warnings), ev.warnings
+    assert ev.result.findings == []
+    strict = run(PROBLEMS / "candidates" / "softmax_cpu.py", "cpu", "softmax_wide_small.py", policy="strict")
+    assert not any(w.startswith("degenerate") for w in strict.warnings)
+    assert not any(w.startswith("degenerate") for w in run(PROBLEMS / "candidates" / "softmax_cpu.py", "cpu").warnings)
+
+
+def test_second_shape_is_checked_where_the_problem_allows_one() -> None:
+    ev = run(PROBLEMS / "candidates" / "layernorm_cpu.py", "cpu", problem="layernorm_small.py")
+    assert ev.accepted, ev.result
+    assert "second-shape check skipped" not in ev.result.details
