@@ -542,6 +542,14 @@ def patched_constants(module: types.ModuleType, values: dict[str, int]) -> Itera
 # ----------------------------------------------------------------------------------------- CUDA
 
 
+def stream_policy_window_attribute() -> Any:
+    """The access-policy-window attribute id (cuda-bindings 13 names it as a launch attribute)."""
+    from cuda.bindings import runtime as rt
+
+    ids = rt.cudaStreamAttrID
+    return getattr(ids, "cudaStreamAttributeAccessPolicyWindow", None) or ids.cudaLaunchAttributeAccessPolicyWindow
+
+
 def l2_state(stream: torch.cuda.Stream) -> tuple[int, int]:
     """(persisting-L2 limit in bytes, access-policy window bytes on ``stream``)."""
     from cuda.bindings import runtime as rt
@@ -549,7 +557,7 @@ def l2_state(stream: torch.cuda.Stream) -> tuple[int, int]:
     err, limit = rt.cudaDeviceGetLimit(rt.cudaLimit.cudaLimitPersistingL2CacheSize)
     if err != rt.cudaError_t.cudaSuccess:
         raise RuntimeError(f"cudaDeviceGetLimit: {err}")
-    attr = rt.cudaStreamAttrID.cudaStreamAttributeAccessPolicyWindow
+    attr = stream_policy_window_attribute()
     err, value = rt.cudaStreamGetAttribute(stream.cuda_stream, attr)
     if err != rt.cudaError_t.cudaSuccess:
         raise RuntimeError(f"cudaStreamGetAttribute: {err}")
