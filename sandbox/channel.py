@@ -48,8 +48,12 @@ def unframe(data: bytes, key: bytes) -> tuple[bytes | None, str]:
 def make_sender(fd: int, key: bytes) -> Callable[[bytes], None]:
     """A one-shot function that signs and writes the verdict, then closes the channel."""
     os.set_inheritable(fd, False)  # subprocesses a candidate starts must not get the channel
+    owner = os.getpid()
 
     def send(payload: bytes) -> None:
+        if os.getpid() != owner:
+            # A copy of the worker made by a candidate's fork() got here: only the worker speaks.
+            os._exit(0)
         data = memoryview(frame(payload, key))
         while data:
             written = os.write(fd, data)

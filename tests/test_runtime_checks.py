@@ -23,6 +23,7 @@ from tools.problem import load_problem
 
 CHEATS = sorted((FIXTURES / "cheats").glob("*.py"))
 QUICK = TimingConfig(min_trials=5, min_seconds=0.0, warmup_trials=1)
+SANDBOX = LocalSandbox()  # one fork server for the module: each job is still its own process
 # What running the candidate cannot show, and why the static checks are the ones that name it.
 SOURCE_ONLY = {
     # prints a fake verdict: stdout is never read, so at run time it is harmless (and unseen)
@@ -57,7 +58,7 @@ def run(path: Path, device: str, problem: str = "softmax_small.py", policy: str 
     return evaluate(
         load_problem(PROBLEMS / problem),
         path.read_text(),
-        sandbox=LocalSandbox(),
+        sandbox=SANDBOX,
         device=device,  # type: ignore[arg-type]
         available_bytes=8 << 30,
         candidate_name=path.name,
