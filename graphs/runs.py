@@ -10,7 +10,7 @@ import secrets
 import sqlite3
 import subprocess
 from dataclasses import dataclass
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +70,10 @@ def _git_commit() -> str | None:
 def _versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for pkg in ("torch", "langgraph", "kernelforge"):
-        out[pkg] = version(pkg)
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:  # run from a source checkout (PYTHONPATH) without pip install
+            out[pkg] = "not installed (source tree)"
     return out
 
 
