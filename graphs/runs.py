@@ -61,10 +61,20 @@ class RunPaths:
 
 
 def _git_commit() -> str | None:
+    """The checkout's commit, with "-dirty" when its files differ from it (then it names no exact tree)."""
     proc = subprocess.run(
         ["git", "-C", str(PROJECT_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
     )
-    return proc.stdout.strip() or None
+    commit = proc.stdout.strip()
+    if not commit:
+        return None
+    status = subprocess.run(
+        ["git", "-C", str(PROJECT_ROOT), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return commit + ("-dirty" if status.stdout.strip() else "")
 
 
 def _versions() -> dict[str, str]:

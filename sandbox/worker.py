@@ -314,8 +314,10 @@ class CandidateRun:
         job, ref = self.job, self.ref
         seed, inputs, outs, _ = ref.expected[0]
         # Poisoned with a huge finite value this time: fmax-style reads can hide a NaN poison.
-        again = self.call(correctness.clone_inputs(inputs), "running the candidate again", poison_value=1e30)
+        used = correctness.clone_inputs(inputs)
+        again = self.call(used, "running the candidate again", poison_value=1e30)
         if not correctness.compare(again, outs, None, job.policy, seed).passed:
+            self.diagnose_failure(inputs, used, outs)  # a replayed answer, or memory it never wrote
             self.note([runtime_checks.finding(UNINITIALISED_MEMORY, "the answer changed with what freed memory held")])
         if len(ref.expected) > 1:
             # Same buffers the candidate has seen, new values: a cache keyed by pointer or id replays.

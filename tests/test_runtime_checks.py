@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from agents.critic import Critic
 from sandbox.local import LocalSandbox
-from sandbox.protocol import TimingConfig
+from sandbox.protocol import JobResult, TimingConfig, TimingReport, TimingStats
 from tests.conftest import FIXTURES, PROBLEMS
-from tools.evaluation import Evaluation, evaluate
+from tools.evaluation import Evaluation, evaluate, review_flags
 from tools.problem import load_problem
 
 CHEATS = sorted((FIXTURES / "cheats").glob("*.py"))
@@ -30,9 +31,6 @@ SOURCE_ONLY = {
     "verdict_forgery_print",
     # reads object memory through ctypes.cast(id(x)): no audit event, no visible effect
     "frame_inspection_ctypes",
-    # a cache keyed by the input's contents: fresh values every trial mean it never hits (harmless)
-    "result_cache_self",
-    "result_cache_lru",
 }
 # Tricks that defeat themselves at run time: the answer is wrong whatever the trick hides.
 SELF_DEFEATING = {
@@ -122,3 +120,26 @@ def test_second_shape_is_checked_where_the_problem_allows_one() -> None:
     ev = run(PROBLEMS / "candidates" / "layernorm_cpu.py", "cpu", problem="layernorm_small.py")
     assert ev.accepted, ev.result
     assert "second-shape check skipped" not in ev.result.details
+
+
+def test_a_speedup_over_ten_is_flagged_for_review() -> None:
+    def stats(ms: float) -> TimingStats:
+        return TimingStats(trials=100, median_ms=ms, mean_ms=ms, min_ms=ms, p10_ms=ms, p90_ms=ms, iqr_ms=0, std_ms=0)
+
+    def evaluation(candidate_ms: float) -> Evaluation:
+        timing = TimingReport(
+            method="perf_counter",
+            input_sets=100,
+            flush_bytes=0,
+            stats={"eager": stats(12.0), "candidate": stats(candidate_ms)},
+            seconds=1,
+        )
+        result = JobResult(job_id="j", status="ok", timing=timing)
+        return Evaluation(
+            problem="p", problem_path="p.py", candidate="c.py", device="cpu", policy="relaxed", result=result
+        )
+
+    assert review_flags(evaluation(2.0)) == []  # 6×
+    assert review_flags(evaluation(1.0))[0].startswith("12.0× over the best reference is more than 10×")
+    verdict, reason = Critic().judge({"id": "c1-0", "status": "ok", "reason": "", "speedup_vs_best": 12.0}, None)  # type: ignore[arg-type]
+    assert verdict == "accepted" and reason.endswith("over 10×: flagged for review")

@@ -63,6 +63,14 @@ class Evaluation(BaseModel):
         return percent_of_roofline(self.floor.floor_ms, timing.stats[contender].median_ms)
 
 
+def review_flags(evaluation: Evaluation) -> list[str]:
+    """A speedup too good to take on trust: over ``REVIEW_SPEEDUP``× the best reference."""
+    best = evaluation.speedups().get("vs_best")
+    if best is None or best <= REVIEW_SPEEDUP:
+        return []
+    return [f"{best:.1f}× over the best reference is more than {REVIEW_SPEEDUP:g}×: review it before trusting it"]
+
+
 def read_candidate(path: str | Path) -> str:
     path = Path(path)
     if not path.is_file():
@@ -141,10 +149,6 @@ def evaluate(
         ceilings = get_ceilings(sandbox, device, device_name)
         evaluation.ceilings = ceilings
         evaluation.floor = floor(problem.info, ceilings, policy)
-    best = evaluation.speedups().get("vs_best")
-    if best is not None and best > REVIEW_SPEEDUP:
-        evaluation.warnings.append(
-            f"{best:.1f}× over the best reference is more than {REVIEW_SPEEDUP:g}×: review it before trusting it"
-        )
+    evaluation.warnings += review_flags(evaluation)
     bound.info("evaluate_done", status=result.status, speedups=evaluation.speedups())
     return evaluation
