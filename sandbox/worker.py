@@ -237,6 +237,9 @@ class CandidateRun:
         self.findings: list[RuntimeFinding] = []
         self.ops = OpRecorder()
         self._previous: list[torch.Tensor] = []  # the last call's outputs, held so their memory stays theirs
+        # Every input buffer a call has seen, held to the end: a new buffer then never reuses an old
+        # one's address, so only the replay check (same buffer, new values) can hit a pointer-keyed cache.
+        self._seen_inputs: list[list[Any]] = []
 
     def note(self, found: list[RuntimeFinding]) -> None:
         self.findings += [f for f in found if str(f) not in {str(g) for g in self.findings}]
@@ -245,6 +248,7 @@ class CandidateRun:
 
     def call(self, inputs: list[Any], what: str, poison_value: float = float("nan")) -> list[Any]:
         """One watched call on ``inputs`` after poisoning freed memory; its flattened outputs."""
+        self._seen_inputs.append(inputs)
         runtime_checks.poison(self.device, self.ref.expected[0][2], poison_value)
         recorder = OpRecorder()
         with candidate_code(what), torch.no_grad(), self.watch.audit.on(), recorder:
@@ -273,7 +277,7 @@ class CandidateRun:
             if changed:
                 self.note([runtime_checks.finding(INPUT_MUTATION, f"modified input(s) {changed} (seed {seed})")])
             if not check.passed and all(c.passed for c in checks):
-                self.diagnose_failure(inputs, used, outs)
+                self.diagnose_failure(inputs, outs)
             elif check.passed:
                 for a, e in zip(actual, outs, strict=True):
                     why = runtime_checks.constant_output(a, e, *correctness.tolerance(self.job.policy, e.dtype))
@@ -282,28 +286,28 @@ class CandidateRun:
             checks.append(check)
         return checks
 
-    def diagnose_failure(self, inputs: list[Any], used: list[Any], outs: list[torch.Tensor]) -> None:
+    def diagnose_failure(self, inputs: list[Any], outs: list[torch.Tensor]) -> None:
         """Name the cause of a wrong answer where a rerun can tell it.
 
-        Right on the same values in new buffers (the old ones still held, so no pointer repeats): an
+        Right on the same values in new buffers (every old one still held, so no pointer repeats): an
         answer replayed from an earlier call. Wrong again, but right when freed memory holds the
         reference's answer: a read of memory it never wrote (the reference's freed output, most often).
         """
-        fresh = correctness.clone_inputs(inputs)
-        if self._rerun_passes(fresh, outs, lambda: runtime_checks.poison(self.device, outs)):
+        if self._rerun_passes(inputs, outs, lambda: runtime_checks.poison(self.device, outs)):
             why = "wrong on inputs in buffers it had seen before, right on the same values in new buffers"
             self.note([runtime_checks.finding(RESULT_CACHE, why)])
-        fresh = correctness.clone_inputs(inputs)
-        if self._rerun_passes(fresh, outs, lambda: runtime_checks.prime(self.device, outs)):
+        if self._rerun_passes(inputs, outs, lambda: runtime_checks.prime(self.device, outs)):
             why = "wrong when freed memory is poisoned, right when it holds the reference's answer"
             self.note([runtime_checks.finding(UNINITIALISED_MEMORY, why + ": the output is memory it never wrote")])
-        del used  # held until here so that the reruns' buffers are new
 
     def _rerun_passes(self, inputs: list[Any], outs: list[torch.Tensor], prepare: Callable[[], None]) -> bool:
+        """Run on a new copy of ``inputs`` after ``prepare`` (poison or prime); does it pass?"""
+        fresh = correctness.clone_inputs(inputs)
+        self._seen_inputs.append(fresh)
         prepare()
         try:
             with self.watch.audit.on(), torch.no_grad():
-                actual = correctness.flatten_outputs(self.candidate(*inputs))
+                actual = correctness.flatten_outputs(self.candidate(*fresh))
         except Exception as exc:  # the first failure stands; a rerun only names its cause when it can
             self.ref.notes.append(f"diagnosis rerun raised {describe(exc)}")
             return False
@@ -317,7 +321,7 @@ class CandidateRun:
         used = correctness.clone_inputs(inputs)
         again = self.call(used, "running the candidate again", poison_value=1e30)
         if not correctness.compare(again, outs, None, job.policy, seed).passed:
-            self.diagnose_failure(inputs, used, outs)  # a replayed answer, or memory it never wrote
+            self.diagnose_failure(inputs, outs)  # a replayed answer, or memory it never wrote
             self.note([runtime_checks.finding(UNINITIALISED_MEMORY, "the answer changed with what freed memory held")])
         if len(ref.expected) > 1:
             # Same buffers the candidate has seen, new values: a cache keyed by pointer or id replays.
