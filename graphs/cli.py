@@ -19,7 +19,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphs.logs import configure_logging
 from tools.errors import ConfigError, KernelforgeError, ProblemError
@@ -112,7 +112,33 @@ def render(evaluation) -> str:
     return "\n".join(lines)
 
 
+if TYPE_CHECKING:
+    from sandbox.config import DockerSandboxConfig, LocalSandboxConfig
+
 # ---------------------------------------------------------------------------------------- commands
+
+
+def sandbox_config(name: str) -> LocalSandboxConfig | DockerSandboxConfig:
+    from sandbox.config import DockerSandboxConfig, LocalSandboxConfig
+
+    return DockerSandboxConfig() if name == "docker" else LocalSandboxConfig()
+
+
+def cmd_sandbox(args: argparse.Namespace) -> int:
+    """`kforge sandbox build|clean`: make the bare sandbox image; remove leftover sandbox containers."""
+    from sandbox.docker import DockerSandbox, build_bare_image
+
+    client = DockerSandbox.connect()
+    if args.action == "build":
+        tag = build_bare_image(client, args.tag)
+        print(f"built {tag}: an empty image; jobs run the host's Python through read-only mounts")
+    else:
+        removed = 0
+        for container in client.containers.list(all=True, filters={"label": "kernelforge=sandbox"}):
+            container.remove(force=True)
+            removed += 1
+        print(f"removed {removed} sandbox container(s)")
+    return 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -129,7 +155,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     evaluation = evaluate(
         problem,
         source,
-        sandbox=make_sandbox(),
+        sandbox=make_sandbox(sandbox_config(args.sandbox)),
         device=device,  # type: ignore[arg-type]
         available_bytes=device_memory_bytes(device),
         candidate_name=str(args.candidate),
@@ -192,12 +218,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from graphs.config import Budgets, RunConfig
     from graphs.launch import stream_run
     from graphs.runs import create_run, runs_root
-    from sandbox.config import LocalSandboxConfig
     from tools.device import resolve_device
     from tools.problem import load_problem
 
-    if args.sandbox != "local":
-        raise ConfigError(f"--sandbox {args.sandbox}: only the local backend exists yet (docker is issue 5)")
     problem = load_problem(resolve_problem(args.problem))
     try:
         config = RunConfig(
@@ -212,7 +235,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             budgets=Budgets(
                 wall_s=args.max_wall, tokens=args.max_tokens, dollars=args.max_dollars, gpu_s=args.max_gpu_s
             ),
-            sandbox=LocalSandboxConfig(),
+            sandbox=sandbox_config(args.sandbox),
             compile_reference=not args.no_compile,
         )
     except ValidationError as exc:
@@ -352,6 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--no-compile", action="store_true", help="skip the torch.compile reference")
     ev.add_argument("--timeout", type=float, default=600.0, help="wall-clock limit of the job in seconds")
     ev.add_argument("--json", action="store_true", help="print the full evaluation as JSON")
+    ev.add_argument("--sandbox", default="local", choices=["local", "docker"])
     ev.set_defaults(func=cmd_eval)
 
     run = sub.add_parser("run", help="search for a faster kernel with the agent team")
@@ -395,6 +419,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the builtin team on the default built-in problem")
     demo.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     demo.set_defaults(func=cmd_demo)
+
+    box = sub.add_parser("sandbox", help="manage the docker sandbox: build its image, clean up containers")
+    box.add_argument("action", choices=["build", "clean"])
+    box.add_argument("--tag", default="kforge-sandbox:host", help="image tag to build (default kforge-sandbox:host)")
+    box.set_defaults(func=cmd_sandbox)
 
     doctor = sub.add_parser("doctor", help="report GPU, CUDA, NVRTC, compiler, Docker and provider keys")
     doctor.set_defaults(func=cmd_doctor)

@@ -18,6 +18,7 @@ import os
 from collections.abc import Callable
 
 MAGIC = b"KFRG1"
+KEY_BYTES = 32
 CUT_SHORT = "the verdict was cut short"  # the worker died while writing: a crash, not a forgery
 _HEADER = len(MAGIC) + 8 + 32
 

@@ -1,12 +1,12 @@
 """Sandbox backends' configuration: one pydantic class per backend, told apart by ``type``.
 
 ``make_sandbox`` imports a backend's module only when it is asked for, so a machine without the
-docker SDK (or, later, Ray) can still use the local backend.
+docker SDK or engine (or, later, Ray) can still use the local backend.
 """
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from typing import Annotated, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -46,8 +46,30 @@ class LocalSandboxConfig(BaseModel):
     output_tail_bytes: int = 4096
 
 
-# A discriminated union once a second backend exists (the docker backend is the next issue).
-SandboxConfig = LocalSandboxConfig
+class DockerSandboxConfig(BaseModel):
+    """Each job a fresh worker process inside one long-lived, locked-down container per GPU.
+
+    The container: no network, read-only root, a tmpfs for scratch, memory and pid limits, every
+    capability dropped, no-new-privileges, a non-root user and an init process. ``mounts`` are bound
+    read-only: by default the host's system folders, this interpreter and the checkout, which is how a
+    bare image (``docker import`` of an empty tar) runs the host's Python; an image with its own
+    Python, torch and kernelforge needs none (set ``mounts=[]`` and ``python``).
+    """
+
+    type: Literal["docker"] = "docker"
+    image: str = Field("kforge-sandbox:host", description="made by `kforge sandbox build` (a bare image)")
+    python: str | None = Field(None, description="interpreter inside the container; None: this one's path")
+    mounts: list[str] | None = Field(None, description="host paths bound read-only; None: the defaults")
+    gpus: list[str] = Field(["0"], description="one container per GPU index, pinned with a device request")
+    user: str = "65534:65534"
+    memory: str = Field("16g", description="memory limit of a container (swap included)")
+    pids: int = Field(512, description="process limit of a container: a fork bomb stops here")
+    tmpfs_size: str = Field("4g", description="size of the container's /tmp, where jobs get scratch")
+    env_allow: tuple[str, ...] = DEFAULT_ENV_ALLOW
+    output_tail_bytes: int = 4096
+
+
+SandboxConfig = Annotated[LocalSandboxConfig | DockerSandboxConfig, Field(discriminator="type")]
 
 
 class Sandbox(Protocol):
@@ -56,10 +78,14 @@ class Sandbox(Protocol):
         ...
 
 
-def make_sandbox(config: SandboxConfig | None = None) -> Sandbox:
+def make_sandbox(config: LocalSandboxConfig | DockerSandboxConfig | None = None) -> Sandbox:
     config = config or LocalSandboxConfig()
     if config.type == "local":
         from sandbox.local import LocalSandbox
 
         return LocalSandbox(config)
+    if config.type == "docker":
+        from sandbox.docker import DockerSandbox
+
+        return DockerSandbox(config)
     raise ConfigError(f"unknown sandbox type {config.type!r}")

@@ -21,10 +21,11 @@ from pathlib import Path
 
 import structlog
 
-from sandbox.channel import CUT_SHORT, unframe
+from sandbox.channel import KEY_BYTES
 from sandbox.config import LocalSandboxConfig
 from sandbox.prefork import ForkedProcess, ForkServerClient, ForkServerDied
-from sandbox.protocol import CeilingsJob, EvalJob, JobResult, RuntimeFinding
+from sandbox.protocol import CeilingsJob, EvalJob, JobResult
+from sandbox.verdict import how_it_ended, job_verdict
 
 log = structlog.get_logger(__name__)
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -45,13 +46,6 @@ def _tail(path: Path, limit: int) -> str:
 def _kill_group(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError):  # the group may already be empty: nothing to kill
         os.killpg(pgid, signal.SIGKILL)
-
-
-def _signal_name(code: int) -> str:
-    try:
-        return signal.Signals(-code).name
-    except ValueError:
-        return f"signal {-code}"
 
 
 class LocalSandbox:
@@ -133,7 +127,7 @@ class LocalSandbox:
     ) -> JobResult:
         job_path = scratch / "job.json"
         job_path.write_text(job.model_dump_json())
-        key = secrets.token_bytes(32)
+        key = secrets.token_bytes(KEY_BYTES)
         key_r, key_w = os.pipe()
         os.write(key_w, key)  # 32 bytes always fit in the pipe's buffer
         os.close(key_w)
@@ -171,46 +165,15 @@ class LocalSandbox:
             "stdout_tail": _tail(stdout_path, self.config.output_tail_bytes),
             "stderr_tail": _tail(stderr_path, self.config.output_tail_bytes),
         }
-        if timed_out:
-            bound.info("job_timeout", limit_s=job.timeout_s)
-            return JobResult(
-                job_id=job.job_id,
-                status="timeout",
-                reason=f"killed after {job.timeout_s:g} s wall-clock limit",
-                wall_s=round(wall, 4),
-                exit_code=proc.returncode,
-                **tails,
-            )
-        data = received[0] if received else b""
-        payload, why = unframe(data, key)
-        if payload is None and data and why != CUT_SHORT:
-            # Bytes the worker did not sign: candidate code wrote to the channel.
-            bound.info("job_forged_verdict", why=why)
-            return JobResult(
-                job_id=job.job_id,
-                status="rejected",
-                reason=f"verdict_forgery: {why}",
-                findings=[RuntimeFinding(trick="verdict_forgery", detail=why)],
-                wall_s=round(wall, 4),
-                exit_code=proc.returncode,
-                **tails,
-            )
-        if payload is None:
-            code = proc.returncode
-            if server_died:
-                how = "lost with the fork server"
-            else:
-                how = f"killed by {_signal_name(code)}" if code is not None and code < 0 else f"exit code {code}"
-            bound.info("job_crashed", exit_code=code, why=why)
-            return JobResult(
-                job_id=job.job_id,
-                status="crashed",
-                reason=f"worker {how}: {why}",
-                wall_s=round(wall, 4),
-                exit_code=code,
-                **tails,
-            )
-        result = JobResult.model_validate_json(payload)
-        result = result.model_copy(update={"wall_s": round(wall, 4), "exit_code": proc.returncode, **tails})
-        bound.info("job_done", status=result.status, wall_s=result.wall_s)
-        return result
+        ended = "lost with the fork server" if server_died else how_it_ended(proc.returncode)
+        return job_verdict(
+            job,
+            received[0] if received else b"",
+            key,
+            timed_out=timed_out,
+            ended=ended,
+            exit_code=proc.returncode,
+            wall_s=wall,
+            tails=tails,
+            bound=bound,
+        )

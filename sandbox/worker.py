@@ -28,7 +28,7 @@ import torch
 from pydantic import TypeAdapter
 from torch import nn
 
-from sandbox.channel import make_sender
+from sandbox.channel import KEY_BYTES, make_sender
 from sandbox.protocol import (
     CeilingsJob,
     CheckResult,
@@ -533,6 +533,25 @@ def run_job(job: EvalJob | CeilingsJob) -> JobResult:
         )
 
 
+def _read_key() -> bytes:
+    """Exactly KEY_BYTES from stdin: the orchestrator need not close the pipe (a container exec can't)."""
+    key = b""
+    while len(key) < KEY_BYTES:
+        chunk = os.read(0, KEY_BYTES - len(key))
+        if not chunk:
+            raise SystemExit("the orchestrator sent no channel key")
+        key += chunk
+    return key
+
+
+def _enter_scratch() -> None:
+    """Work in $HOME, the job's private scratch folder (made here when the backend could not)."""
+    home = os.environ.get("HOME")
+    if home:
+        os.makedirs(os.path.join(home, "tmp"), mode=0o700, exist_ok=True)
+        os.chdir(home)
+
+
 def _limit_resources() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT_BYTES, OUTPUT_LIMIT_BYTES))
@@ -541,13 +560,22 @@ def _limit_resources() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sandbox.worker", description=__doc__)
     parser.add_argument("--job", required=True, type=Path, help="JSON file holding the job")
-    parser.add_argument("--result-fd", required=True, type=int, help="inherited pipe for the signed verdict")
+    parser.add_argument(
+        "--result-fd", required=True, type=int, help="inherited pipe for the signed verdict (1: this stdout)"
+    )
     args = parser.parse_args(argv)
-    key = sys.stdin.buffer.read()
+    key = _read_key()
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
-    send = make_sender(args.result_fd, key)
+    result_fd = args.result_fd
+    if result_fd == 1:
+        # A container exec has no pipe but stdout: keep that one for the verdict and send everything
+        # printed (the candidate's output included) to stderr.
+        result_fd = os.dup(1)
+        os.dup2(2, 1)
+    send = make_sender(result_fd, key)
     del key
+    _enter_scratch()
     _limit_resources()
     job: EvalJob | CeilingsJob = TypeAdapter(Job).validate_json(args.job.read_text())
     started = time.perf_counter()
