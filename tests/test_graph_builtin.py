@@ -183,8 +183,15 @@ def test_cli_run_then_trace_and_runs(tmp_path: Path) -> None:
     assert run_dir.name in listing.stdout
 
 
-@pytest.mark.parametrize("bad", ["--rounds=0", "--ideas=0", "--roles=planner,nope", "--sandbox=docker"])
+@pytest.mark.parametrize("bad", ["--rounds=0", "--ideas=0", "--roles=planner,nope"])
 def test_bad_run_options_are_one_line_errors(tmp_path: Path, bad: str) -> None:
     out = _kforge("run", "softmax_small", "--device", "cpu", bad, env={**os.environ, "KFORGE_RUNS_DIR": str(tmp_path)})
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
+
+
+def test_an_unreachable_docker_engine_is_a_one_line_environment_error(tmp_path: Path) -> None:
+    env = {**os.environ, "KFORGE_RUNS_DIR": str(tmp_path), "DOCKER_HOST": f"unix://{tmp_path}/no-such.sock"}
+    out = _kforge("run", "softmax_small", "--device", "cpu", "--sandbox", "docker", env=env)
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "cannot reach the Docker engine" in out.stderr and "Traceback" not in out.stderr
