@@ -55,6 +55,8 @@ for pid in os.listdir("/proc"):
             pass
 for name in os.listdir("/tmp"):
     path = os.path.join("/tmp", name)
+    if os.path.ismount(path):
+        continue  # a read-only mount (a checkout that lives under /tmp on the host)
     if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path, ignore_errors=True)
     else:
@@ -62,7 +64,7 @@ for name in os.listdir("/tmp"):
 """
 _LEFTOVERS = """
 import os
-print(*os.listdir("/tmp"))
+print(*(n for n in os.listdir("/tmp") if not os.path.ismount(os.path.join("/tmp", n))))
 print(*(p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()))
 """
 
@@ -116,6 +118,8 @@ class _Container:
         )
         # The container's own pids while idle (init, sleep): everything else after a job is left over.
         self.idle_pids = self._run_python(_LIST_PIDS).split()
+        # One job at a time: the clean-up after a job kills every other process and empties /tmp.
+        self.busy = threading.Lock()
 
     def _run_python(self, code: str, *args: str) -> str:
         exit_code, output = self.container.exec_run([self.python, "-c", code, *args])
@@ -203,12 +207,13 @@ class DockerSandbox:
                 self._containers[gpu] = c
             return c
 
-    def _recycle(self, gpu: str | None, why: str) -> None:
+    def _recycle(self, gpu: str | None, container: _Container, why: str) -> None:
+        """Remove ``container``; the next job on ``gpu`` starts a fresh one."""
         with self._lock:
-            c = self._containers.pop(gpu, None)
-        if c is not None:
-            log.info("sandbox_container_recycled", why=why)
-            c.remove()
+            if self._containers.get(gpu) is container:
+                del self._containers[gpu]
+        log.info("sandbox_container_recycled", why=why)
+        container.remove()
 
     def _env(self, scratch: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k in self.config.env_allow and k != "KFORGE_CACHE_DIR"}
@@ -227,17 +232,21 @@ class DockerSandbox:
     def run(self, job: EvalJob | CeilingsJob) -> JobResult:
         bound = log.bind(job_id=job.job_id, kind=job.kind, backend="docker")
         gpu = self.config.gpus[0] if job.device == "cuda" and self.config.gpus else None
-        container = self._container(gpu)
         job_file = self.jobs_dir / f"{job.job_id}.json"
         job_file.write_text(job.model_dump_json())
         os.chmod(job_file, 0o644)
         scratch = f"/tmp/kforge-{job.job_id}"
-        try:
-            return self._run(job, container, scratch, bound)
-        finally:
-            job_file.unlink(missing_ok=True)
-            if container.alive() and not container.clean_up():
-                self._recycle(gpu, "cleaning up after a job failed")
+        while True:
+            container = self._container(gpu)
+            with container.busy:
+                if not container.alive():
+                    continue  # replaced while this job waited for it
+                try:
+                    return self._run(job, container, scratch, bound)
+                finally:
+                    job_file.unlink(missing_ok=True)
+                    if container.alive() and not container.clean_up():
+                        self._recycle(gpu, container, "cleaning up after a job failed")
 
     def _run(
         self,
@@ -276,7 +285,7 @@ class DockerSandbox:
         wall = time.perf_counter() - started
         gpu = self.config.gpus[0] if job.device == "cuda" and self.config.gpus else None
         if timed_out:
-            self._recycle(gpu, "a job ran past its time limit")
+            self._recycle(gpu, container, "a job ran past its time limit")
             exit_code = None
         else:
             exit_code = api.exec_inspect(exec_id).get("ExitCode")
@@ -295,7 +304,7 @@ class DockerSandbox:
             bound=bound,
         )
         if any(s in f"{result.reason} {result.details}" for s in STICKY_CUDA):
-            self._recycle(gpu, "a sticky CUDA error")
+            self._recycle(gpu, container, "a sticky CUDA error")
         return result
 
 
