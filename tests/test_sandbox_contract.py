@@ -173,8 +173,12 @@ def test_api_keys_never_reach_the_candidate(sandbox: Sandbox, monkeypatch: pytes
     result = run(sandbox, HOSTILE / "read_env.py")
     assert result.status == "ok", result.reason
     line = next(x for x in printed(result).splitlines() if x.startswith("ENV:"))
-    assert "ENV: none" in line
-    home = line.split("HOME:")[1].strip()
+    # Word by word: in full CI runs the docker backend's stderr has shown NUL bytes where print()
+    # wrote its separating spaces (not reproduced alone; an open question noted in RESULTS).
+    words = line.replace("\x00", " ").split()
+    assert words[:2] == ["ENV:", "none"], line
+    assert "secret" not in printed(result)
+    home = words[words.index("HOME:") + 1]
     assert home != os.environ.get("HOME") and "kforge-" in home  # a private scratch folder
 
 
