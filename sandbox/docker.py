@@ -43,7 +43,6 @@ VERDICT_LIMIT = 64 << 20  # more than this on the verdict stream is not a verdic
 STICKY_CUDA = ("illegal memory access", "unspecified launch failure", "misaligned address", "CUDA error: an illegal")
 
 
-_LIST_PIDS = "import os; print(*(p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid()))"
 _CLEAN_UP = """
 import os, shutil, signal, sys
 keep = set(sys.argv[1:]) | {str(os.getpid())}
@@ -62,10 +61,12 @@ for name in os.listdir("/tmp"):
     else:
         os.unlink(path)
 """
-_LEFTOVERS = """
-import os
-print(*(n for n in os.listdir("/tmp") if not os.path.ismount(os.path.join("/tmp", n))))
-print(*(p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()))
+# Run inside the container; its stdout is the answer: /tmp's entries (mounts aside), then the pids.
+_SNAPSHOT = """
+import os, sys
+tmp = (n for n in os.listdir("/tmp") if not os.path.ismount(os.path.join("/tmp", n)))
+pids = (p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid())
+sys.stdout.write(" ".join(tmp) + "\\n" + " ".join(pids) + "\\n")
 """
 
 
@@ -117,7 +118,7 @@ class _Container:
             auto_remove=False,
         )
         # The container's own pids while idle (init, sleep): everything else after a job is left over.
-        self.idle_pids = self._run_python(_LIST_PIDS).split()
+        self.idle_pids = self._snapshot()[1]
         # One job at a time: the clean-up after a job kills every other process and empties /tmp.
         self.busy = threading.Lock()
 
@@ -143,10 +144,15 @@ class _Container:
             return False
         return exit_code == 0
 
+    def _snapshot(self) -> tuple[list[str], list[str]]:
+        """(entries in /tmp, pids of the processes running) inside the container."""
+        files, pids = self._run_python(_SNAPSHOT).split("\n")[:2]
+        return files.split(), pids.split()
+
     def leftovers(self) -> tuple[list[str], list[str]]:
-        """(entries in /tmp, processes other than the idle ones and the one asking): what a job left."""
-        files, pids = (self._run_python(_LEFTOVERS) + "\n").split("\n")[:2]
-        return files.split(), [p for p in pids.split() if p not in self.idle_pids]
+        """(entries in /tmp, processes other than the idle ones): what a job left behind."""
+        files, pids = self._snapshot()
+        return files, [p for p in pids if p not in self.idle_pids]
 
     def remove(self) -> None:
         with contextlib.suppress(Exception):  # already gone is fine: the goal is that it is gone
@@ -242,7 +248,7 @@ class DockerSandbox:
                 if not container.alive():
                     continue  # replaced while this job waited for it
                 try:
-                    return self._run(job, container, scratch, bound)
+                    return self._run(job, gpu, container, scratch, bound)
                 finally:
                     job_file.unlink(missing_ok=True)
                     if container.alive() and not container.clean_up():
@@ -251,6 +257,7 @@ class DockerSandbox:
     def _run(
         self,
         job: EvalJob | CeilingsJob,
+        gpu: str | None,
         container: _Container,
         scratch: str,
         bound: structlog.typing.FilteringBoundLogger,
@@ -283,7 +290,6 @@ class DockerSandbox:
         with contextlib.suppress(OSError):
             raw.close()
         wall = time.perf_counter() - started
-        gpu = self.config.gpus[0] if job.device == "cuda" and self.config.gpus else None
         if timed_out:
             self._recycle(gpu, container, "a job ran past its time limit")
             exit_code = None

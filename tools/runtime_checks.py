@@ -54,6 +54,7 @@ from tools.cheat_tricks import (
     TIMER_PATCH,
     VERDICT_FORGERY,
 )
+from tools.correctness import flatten_outputs
 
 LOW_DTYPES = {torch.float16, torch.bfloat16}
 LATE_WRITE_WAIT_S = 0.02  # how long the worker waits for a late writer before it looks again
@@ -360,8 +361,6 @@ def watch_call(
     """
     stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
     out = fn(*args)
-    from tools.correctness import flatten_outputs
-
     outs = flatten_outputs(out)
     found = plain_outputs(outs)
     if found:
