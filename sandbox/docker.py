@@ -70,12 +70,18 @@ sys.stdout.write(" ".join(tmp) + "\\n" + " ".join(pids) + "\\n")
 """
 
 
+PACKAGES = ("agents", "graphs", "sandbox", "tools", "problems")  # what a worker imports from the checkout
+
+
 def default_mounts() -> list[str]:
     """The host folders a bare image needs to run this interpreter and this checkout, read-only.
 
     Paths are kept as spelled (``/lib64`` is often a symlink: binaries look for their loader there).
+    The checkout is mounted package by package, not whole: a checkout in a private (0700) folder, as
+    ``mktemp -d`` makes, would hide everything below it from the container's user.
     """
-    wanted = ["/usr", "/lib", "/lib64", "/bin", "/etc", sys.base_prefix, sys.prefix, str(PROJECT_ROOT)]
+    wanted = ["/usr", "/lib", "/lib64", "/bin", "/etc", sys.base_prefix, sys.prefix]
+    wanted += [str(PROJECT_ROOT / p) for p in PACKAGES]
     out: list[str] = []
     for path in wanted:
         path = os.path.abspath(path)
