@@ -43,8 +43,21 @@ VERDICT_LIMIT = 64 << 20  # more than this on the verdict stream is not a verdic
 STICKY_CUDA = ("illegal memory access", "unspecified launch failure", "misaligned address", "CUDA error: an illegal")
 
 
-_CLEAN_UP = """
-import os, shutil, signal, sys
+# Both scripts run inside the container. Entries of /tmp that are, or hold, a mount (a checkout that
+# lives under /tmp on the host) belong to the container's set-up, not to a job: they stay.
+_MOUNTED = """
+import os
+mounted = set()
+for line in open("/proc/self/mounts"):
+    path = line.split()[1]
+    while path.startswith("/tmp/"):
+        mounted.add(path)
+        path = os.path.dirname(path)
+"""
+_CLEAN_UP = (
+    _MOUNTED
+    + """
+import shutil, signal, sys
 keep = set(sys.argv[1:]) | {str(os.getpid())}
 for pid in os.listdir("/proc"):
     if pid.isdigit() and pid not in keep:
@@ -54,20 +67,24 @@ for pid in os.listdir("/proc"):
             pass
 for name in os.listdir("/tmp"):
     path = os.path.join("/tmp", name)
-    if os.path.ismount(path):
-        continue  # a read-only mount (a checkout that lives under /tmp on the host)
+    if path in mounted:
+        continue
     if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path, ignore_errors=True)
     else:
         os.unlink(path)
 """
-# Run inside the container; its stdout is the answer: /tmp's entries (mounts aside), then the pids.
-_SNAPSHOT = """
-import os, sys
-tmp = (n for n in os.listdir("/tmp") if not os.path.ismount(os.path.join("/tmp", n)))
+)
+# Its stdout is the answer: /tmp's entries (set-up mounts aside), then the pids.
+_SNAPSHOT = (
+    _MOUNTED
+    + """
+import sys
+tmp = (n for n in os.listdir("/tmp") if os.path.join("/tmp", n) not in mounted)
 pids = (p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid())
 sys.stdout.write(" ".join(tmp) + "\\n" + " ".join(pids) + "\\n")
 """
+)
 
 
 PACKAGES = ("agents", "graphs", "sandbox", "tools", "problems")  # what a worker imports from the checkout
