@@ -204,11 +204,15 @@ def _progress() -> Any:
 
 
 def _finish(paths: Any, state: dict[str, Any]) -> int:
+    from graphs.report import write_report
+    from graphs.rundata import load_paths
     from graphs.trace import tree_lines
 
-    print("\n".join(tree_lines(state)))
-    print(f"\nrun {paths.run_id}: {state.get('stop_reason')}; best/ and report.md in {paths.dir}")
-    print(f"how it got there: kforge trace {paths.run_id}")
+    run = load_paths(paths)
+    print("\n".join(tree_lines(run)))
+    report = write_report(run)
+    print(f"\nrun {paths.run_id}: {state.get('stop_reason')}; best/, report.md and {report.name} in {paths.dir}")
+    print(f"how it got there: kforge trace {paths.run_id} · kforge report {paths.run_id} --open")
     return EXIT_OK
 
 
@@ -266,19 +270,39 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    from graphs.runs import load_state, open_run, runs_root
+    from graphs.rundata import load_run
+    from graphs.runs import runs_root
     from graphs.trace import candidate_detail, role_lines, summary_lines, tree_lines
 
-    paths, _, meta = open_run(args.run, runs_root(args.runs_dir))
-    state = load_state(paths)
+    run = load_run(args.run, runs_root(args.runs_dir))
     if args.json:
-        print(json.dumps({"run": meta, "state": state}, indent=1, default=str))
+        print(json.dumps({"run": run.meta, "state": run.state}, indent=1, default=str))
     elif args.candidate:
-        print("\n".join(candidate_detail(state, args.candidate)))
+        if run.candidate(args.candidate) is None:
+            known = ", ".join(c.id for c in run.candidates) or "none yet"
+            raise ConfigError(
+                f"--candidate {args.candidate}: no such candidate in run {run.run_id} (candidates: {known})"
+            )
+        print("\n".join(candidate_detail(run, args.candidate)))
     elif args.role:
-        print("\n".join(role_lines(state, role=args.role)))
+        print("\n".join(role_lines(run, role=args.role)))
     else:
-        print("\n".join([*summary_lines(state), "", *tree_lines(state), "", *role_lines(state)]))
+        print("\n".join([*summary_lines(run), "", *tree_lines(run), "", *role_lines(run)]))
+    return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    import webbrowser
+
+    from graphs.report import write_report
+    from graphs.rundata import load_run
+    from graphs.runs import runs_root
+
+    run = load_run(args.run, runs_root(args.runs_dir))
+    path = write_report(run, Path(args.output) if args.output else None).resolve()
+    print(f"wrote {path}")
+    if args.open and not webbrowser.open(path.as_uri()):
+        print(f"no browser found here: open {path.as_uri()} on a machine with one (the file is self-contained)")
     return EXIT_OK
 
 
@@ -411,6 +435,13 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--json", action="store_true")
     trace.add_argument("--runs-dir", default=None)
     trace.set_defaults(func=cmd_trace)
+
+    report = sub.add_parser("report", help="write a run's self-contained HTML report (runs/<id>/report.html)")
+    report.add_argument("run", help="run id or folder")
+    report.add_argument("--open", action="store_true", help="open it in a browser")
+    report.add_argument("--output", default=None, help="write here instead of runs/<id>/report.html")
+    report.add_argument("--runs-dir", default=None)
+    report.set_defaults(func=cmd_report)
 
     runs = sub.add_parser("runs", help="list runs")
     runs.add_argument("--runs-dir", default=None)

@@ -17,6 +17,7 @@ from typing import Any
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from graphs.config import RunConfig
+from tools.device import gpu_summary
 from tools.errors import ConfigError
 from tools.problem import Problem
 
@@ -99,6 +100,7 @@ def create_run(config: RunConfig, problem: Problem, root: Path) -> RunPaths:
         "versions": _versions(),
         "commit": _git_commit(),
         "host": platform.node(),
+        "gpus": gpu_summary(),  # name, driver and memory of each visible GPU (nvidia-smi), for the report
     }
     paths.run_json.write_text(json.dumps(meta, indent=2))
     return paths

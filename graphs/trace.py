@@ -1,97 +1,99 @@
-"""Read a run back: the candidate tree, each role's messages, one candidate's details.
+"""``kforge trace`` as text: the candidate tree, each role's messages, one candidate's details.
 
-``kforge trace`` renders these; the HTML report (a later issue) reads the same functions so the two
+It renders the records of ``graphs.rundata``, as the HTML report (``graphs.report``) does, so the two
 never disagree.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from agents.base import Candidate
+from graphs.rundata import CandidateRecord, RunData
 
 
-def _fmt(x: float | None, spec: str, suffix: str = "") -> str:
+def fmt(x: float | None, spec: str, suffix: str = "") -> str:
     return "—" if x is None else f"{x:{spec}}{suffix}"
 
 
-def candidate_line(c: Candidate, best_id: str | None) -> str:
-    star = " ★" if c["id"] == best_id else ""
+def candidate_line(c: CandidateRecord, best_id: str | None) -> str:
+    star = " ★" if c.id == best_id else ""
     return (
-        f"{c['id']}{star}  [{c.get('status')}/{c.get('verdict') or 'unjudged'}]  "
-        f"{_fmt(c.get('speedup_vs_best'), '.3f', '×')} vs best ref · {_fmt(c.get('pct_roofline'), '.1f', '%')} roofline"
-        f" · {c.get('idea', '')[:100]}"
+        f"{c.id}{star}  [{c.status}/{c.verdict or 'unjudged'}]  "
+        f"{fmt(c.speedup_vs_best, '.3f', '×')} vs best ref · {fmt(c.pct_roofline, '.1f', '%')} roofline"
+        f" · {c.idea[:100]}"
     )
 
 
-def tree_lines(state: dict[str, Any]) -> list[str]:
+def reference_line(run: RunData) -> str:
+    r = run.reference
+    if r is None:
+        return "reference  not timed yet"
+    return (
+        f"reference  eager {fmt(r.eager_ms, '.4f')} ms · compile {fmt(r.compile_ms, '.4f')} ms · "
+        f"floor {fmt(r.floor_ms, '.4f')} ms ({r.bound or '?'}-bound)"
+    )
+
+
+def tree_lines(run: RunData) -> list[str]:
     """The candidates as a tree under the reference, children under the candidate they branched from."""
-    candidates = state.get("candidates", [])
-    children: dict[str | None, list[Candidate]] = {}
-    ids = {c["id"] for c in candidates}
-    for c in candidates:
-        parent = c.get("parent_id") if c.get("parent_id") in ids else None
-        children.setdefault(parent, []).append(c)
-    b = state.get("baseline") or {}
-    lines = [
-        f"reference  eager {_fmt(b.get('eager_ms'), '.4f')} ms · compile {_fmt(b.get('compile_ms'), '.4f')} ms · "
-        f"floor {_fmt(b.get('floor_ms'), '.4f')} ms ({b.get('bound') or '?'}-bound)"
-    ]
+    children = run.children()
+    lines = [reference_line(run)]
 
     def walk(parent: str | None, depth: int) -> None:
         for c in children.get(parent, []):
-            lines.append("  " * depth + "└─ " + candidate_line(c, state.get("best_id")))
-            walk(c["id"], depth + 1)
+            lines.append("  " * depth + "└─ " + candidate_line(c, run.best_id))
+            walk(c.id, depth + 1)
 
     walk(None, 1)
     return lines
 
 
-def summary_lines(state: dict[str, Any]) -> list[str]:
-    usage = state.get("usage", {})
-    lines = [
-        f"run {state.get('run_id')} · round {state.get('round', 0)} · stop: {state.get('stop_reason') or 'running'}"
-    ]
-    for role, u in sorted(usage.items()):
-        parts = [f"{k} {v:.3g}" for k, v in sorted(u.items())]
-        lines.append(f"  {role:9} " + " · ".join(parts))
+def summary_lines(run: RunData) -> list[str]:
+    lines = [f"run {run.run_id} · round {run.round} · stop: {run.stop_reason or 'running'}"]
+    for u in run.usage:
+        parts = [f"wall {u.wall_s:.3g} s", f"jobs {u.jobs} ({u.job_s:.3g} s)"]
+        if u.llm_calls:
+            parts += [
+                f"llm calls {u.llm_calls}",
+                f"tokens {u.input_tokens}+{u.output_tokens}",
+                f"${u.dollars:.4f}",
+                f"tool calls {u.tool_calls}",
+            ]
+        lines.append(f"  {u.role:9} " + " · ".join(parts))
     return lines
 
 
-def role_lines(state: dict[str, Any], role: str | None = None, candidate: str | None = None) -> list[str]:
+def role_lines(run: RunData, role: str | None = None, candidate: str | None = None) -> list[str]:
     out = []
-    for m in state.get("messages", []):
-        if role and m["role"] != role:
+    for m in run.messages:
+        if role and m.role != role:
             continue
-        if candidate and m.get("candidate_id") != candidate:
+        if candidate and m.candidate_id != candidate:
             continue
-        head = f"[round {m['round']}] {m['role']} {m['kind']}" + (
-            f" ({m['candidate_id']})" if m.get("candidate_id") else ""
-        )
-        out.append(head)
-        out.extend("    " + line for line in str(m["content"]).splitlines())
+        out.append(f"[round {m.round}] {m.role} {m.kind}" + (f" ({m.candidate_id})" if m.candidate_id else ""))
+        out.extend("    " + line for line in m.content.splitlines())
     return out
 
 
-def candidate_detail(state: dict[str, Any], cid: str) -> list[str]:
-    c = next((c for c in state.get("candidates", []) if c["id"] == cid), None)
+def candidate_detail(run: RunData, cid: str) -> list[str]:
+    c = run.candidate(cid)
     if c is None:
         return [f"no candidate {cid}"]
-    lines = [candidate_line(c, state.get("best_id"))]
-    for key in (
-        "parent_id",
-        "round",
-        "attempts",
-        "reason",
-        "diagnosis",
-        "critic_reason",
-        "timing",
-        "template",
-        "params",
-    ):
-        lines.append(f"  {key}: {c.get(key)}")
+    lines = [candidate_line(c, run.best_id)]
+    fields: list[tuple[str, object]] = [
+        ("parent_id", c.parent_id),
+        ("round", c.round),
+        ("attempts", c.attempts),
+        ("reason", c.reason),
+        ("tolerance", c.tolerance),
+        ("max abs err", c.worst("max_abs_error")),
+        ("diagnosis", c.diagnosis),
+        ("critic_reason", c.critic_reason),
+        ("timing", c.timing),
+        ("params", c.params),
+        ("jobs", [f"{j.job_id} {j.status} {fmt(j.wall_s, '.2f', ' s')}" for j in c.jobs]),
+    ]
+    lines.extend(f"  {key}: {value}" for key, value in fields)
     lines.append("  source:")
-    lines.extend("    " + line for line in c.get("source", "").splitlines())
+    lines.extend("    " + line for line in c.source.splitlines())
     lines.append("  messages:")
-    lines.extend("    " + line for line in role_lines(state, candidate=cid))
+    lines.extend("    " + line for line in role_lines(run, candidate=cid))
     return lines
