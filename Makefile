@@ -5,9 +5,11 @@ PY := $(VENV)/bin/python
 # The CPU build of torch. On a GPU machine install the CUDA build of torch (and cupy) into the venv
 # first, or point VENV at an environment that has them: setup leaves an existing torch alone.
 TORCH_SPEC ?= torch==2.13.0
+# Options for `make suite` (bench/suite.py --help; a later option wins), e.g. SUITE_ARGS="--only softmax --budget-s 450".
+SUITE_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test test-gpu lint format doctor clean
+.PHONY: help setup demo test test-gpu lint format doctor suite clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -41,6 +43,9 @@ format: setup ## ruff format and fix imports
 
 doctor: setup ## report GPU, CUDA, NVRTC, compiler, Docker and provider keys
 	$(VENV)/bin/kforge doctor
+
+suite: setup ## run the builtin team on every problems/suite problem (resumable); table in runs/suite/suite.md
+	$(PY) bench/suite.py problems/suite --device cuda --runs-dir runs/suite $(SUITE_ARGS)
 
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -38,7 +38,9 @@ class BuiltinPlanner:
         best = best_candidate(state)  # type: ignore[arg-type]
         parent = {"template": best.get("template"), "params": best.get("params")} if best else None
         family = builtin.recognise(ctx.problem.info)
-        specs = builtin.propose(ctx.problem.info, ctx.settings.device, ctx.settings.ideas, tried_summary(state), parent)
+        specs = builtin.propose(
+            ctx.problem.info, ctx.settings.device, ctx.settings.ideas, tried_summary(state), parent, ctx.settings.policy
+        )
         ideas = [
             Idea(
                 id=f"r{round_}i{j}",

@@ -27,6 +27,8 @@ FAMILY = {
     "layernorm_16x64x256x256": "layernorm",
     "matmul_small": "matmul",
     "matmul_4096": "matmul",
+    "gelu_chain_small": "elementwise",
+    "linear_relu_small": "epilogue",
 }
 QUICK = TimingConfig(min_trials=20, min_seconds=0.1)
 
@@ -68,14 +70,16 @@ def test_shapes_of_the_builtin_problems() -> None:
 
 
 def test_unknown_problems_get_no_family_and_no_ideas(tmp_path: Path) -> None:
-    gelu = write_problem(tmp_path, "gelu", "torch.nn.functional.gelu(x)", "[torch.randn(64, 64)]")
+    flip = write_problem(tmp_path, "flip", "torch.flip(x, [1])", "[torch.randn(64, 64)]")
     first_dim = write_problem(tmp_path, "softmax_dim0", "torch.softmax(x, dim=0)", "[torch.randn(8, 16)]")
     two_ops = write_problem(tmp_path, "softmax_twice", "torch.softmax(x * 2, dim=1)", "[torch.randn(8, 16)]")
     half = write_problem(tmp_path, "softmax_half", "torch.softmax(x, dim=1)", "[torch.randn(8, 16).half()]")
-    for problem in (gelu, first_dim, two_ops, half):
+    for problem in (flip, first_dim, two_ops, half):
         assert builtin.recognise(problem) is None, problem.name
         for device in ("cpu", "cuda"):
             assert builtin.propose(problem, device, 4, [], None) == []
+    gelu = write_problem(tmp_path, "gelu", "torch.nn.functional.gelu(x)", "[torch.randn(64, 64)]")
+    assert builtin.recognise(gelu) == "elementwise"  # tests/test_builtin_elementwise.py has the pointwise cases
     last_dim = write_problem(tmp_path, "softmax_last", "torch.softmax(x, dim=-1)", "[torch.randn(2, 3, 16)]")
     assert builtin.recognise(last_dim) == "softmax"
     ln = write_problem(tmp_path, "ln", "self.ln(x)", "[torch.randn(4, 10)]", init="[(10,)]", ctor="normalized_shape")
@@ -156,6 +160,7 @@ def test_the_space_is_eventually_exhausted() -> None:
     every = [
         {"template": t.name, "params": p, "status": "ok", "speedup_vs_best": 1.0, "pct_roofline": 50.0}
         for t in builtin.templates_for("layernorm", "cuda")
+        if t.fits(builtin.analyse(problem))  # not the RMSNorm templates of the family
         for p in t.points()
     ]
     assert builtin.propose(problem, "cuda", 4, every, None) == []
@@ -179,11 +184,17 @@ def test_tuning_keeps_going_the_way_that_helped() -> None:
     first = builtin.propose(problem, "cuda", 1, [*tried, slower], parent)[0]
     assert first.params == {**base, "bk": 32}, first.params
     assert "bk 16 → 32" in first.text
-    # Far from the roofline (10 %): structural moves (here: the other template... none for matmul) and
-    # tuning alike are one parameter away from the parent.
+    # Far from the roofline (10 %): structural moves come first (the tensor-core template), and every move
+    # within the parent's template is one parameter away from it.
     far = [{**tried[0], "pct_roofline": 10}]
-    for idea in builtin.propose(problem, "cuda", 4, far, parent):
-        assert sum(idea.params[k] != base[k] for k in base) == 1
+    ideas = builtin.propose(problem, "cuda", 4, far, parent)
+    assert ideas[0].template == "matmul_cuda_mma"
+    for idea in ideas:
+        if idea.template == "matmul_cuda_tiled":
+            assert sum(idea.params[k] != base[k] for k in base) == 1
+    # Under the strict policy the static checks would block TF32 sources: the planner never offers them.
+    strict = builtin.propose(problem, "cuda", 8, far, parent, "strict")
+    assert strict and all(idea.template != "matmul_cuda_mma" for idea in strict)
 
 
 def test_fallback_values_come_after_tuning_moves() -> None:
@@ -213,10 +224,14 @@ def test_render_rejects_what_it_cannot_build() -> None:
 def cuda_spread() -> list[tuple[str, dict]]:
     """Every template's defaults, each parameter value once (others at default), and every seed."""
     points: dict[str, tuple[str, dict]] = {}
+    # Templates that render the problem's own expression (elementwise, epilogue) take its spec.
+    specs = {f: builtin.analyse(info(name)).extras().get("spec") for name, f in FAMILY.items()}
     for t in TEMPLATES.values():
         if t.device != "cuda":
             continue
-        candidates = [t.defaults()] + [{**t.defaults(), p.name: v} for p in t.params for v in p.values]
+        spec = {"spec": specs[t.family]} if "spec" in t.extras and specs.get(t.family) else {}
+        defaults = {**t.defaults(), **spec}
+        candidates = [defaults] + [{**defaults, p.name: v} for p in t.params for v in p.values]
         for raw in candidates:
             try:
                 point = t.normalise(raw)
@@ -226,7 +241,8 @@ def cuda_spread() -> list[tuple[str, dict]]:
     for name in FAMILY:
         shape = builtin.analyse(info(name))
         for template, params in seeds(shape, "cuda"):
-            point = TEMPLATES[template].normalise(params)
+            spec = {"spec": shape.spec} if "spec" in TEMPLATES[template].extras and shape.spec else {}
+            point = TEMPLATES[template].normalise({**params, **spec})
             points[template + json.dumps(point, sort_keys=True)] = (template, point)
     return list(points.values())
 

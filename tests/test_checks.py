@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from agents.builtin import analyse
 from agents.builtin.catalog import TEMPLATES, render
 from agents.critic import Critic
 from tests.conftest import CANDIDATES, FIXTURES, PROBLEMS
@@ -24,6 +25,10 @@ from tools.problem import ProblemInfo, TensorSpec, load_problem
 
 CHEATS = sorted((FIXTURES / "cheats").glob("*.py"))
 FAMILY_PROBLEM = {"softmax": "softmax_small.py", "layernorm": "layernorm_small.py", "matmul": "matmul_small.py"}
+FAMILY_PROBLEM |= {"elementwise": "gelu_chain_small.py", "epilogue": "linear_relu_small.py"}
+FAMILY_PROBLEM |= {"reduce": "sum_dim_small.py"}
+# Templates that compute on TF32 tensor cores: flagged as a precision downgrade, which only the strict policy blocks.
+TF32_TEMPLATES = {"matmul_cuda_mma"}
 _INFO: dict[str, ProblemInfo] = {}
 
 
@@ -42,7 +47,10 @@ def expected(path: Path) -> tuple[str, int]:
 
 def render_point(name: str, params: dict) -> str:
     t = TEMPLATES[name]
-    return render(name, {**params, **({"eps": 1e-5} if "eps" in t.extras else {})}, t.device)
+    extras = {"eps": 1e-5} if "eps" in t.extras else {}
+    if "spec" in t.extras:  # a template that renders the problem's own expression: that problem's facts
+        extras |= {k: v for k, v in analyse(info(t.family)).extras().items() if k in t.extras}
+    return render(name, {**params, **extras}, t.device)
 
 
 def test_there_is_a_fixture_for_every_trick() -> None:
@@ -79,9 +87,13 @@ def test_reference_candidates_are_clean(path: Path) -> None:
 @pytest.mark.parametrize("name", sorted(TEMPLATES))
 def test_builtin_renderings_are_clean(name: str) -> None:
     t = TEMPLATES[name]
-    for params in itertools.islice(t.points(), 0, None, 25):  # every 25th point of the space
-        assert static_findings(render_point(name, params), info(t.family)) == [], params
-    assert static_findings(render_point(name, t.defaults()), info(t.family)) == []
+    for params in [*itertools.islice(t.points(), 0, None, 25), t.defaults()]:  # every 25th point of the space
+        findings = static_findings(render_point(name, params), info(t.family))
+        if name in TF32_TEMPLATES:
+            assert findings and {f.trick for f in findings} == {"precision_downgrade"}, params
+            assert not blocking(findings, "relaxed") and blocking(findings, "strict"), params
+        else:
+            assert findings == [], params
 
 
 def test_legitimate_patterns_pass() -> None:

@@ -284,3 +284,62 @@ def heavy_names(aten_ops: dict[str, int] | list[str]) -> set[str]:
         if family:
             names |= HEAVY_OPS[family]
     return names
+
+
+# ------------------------------------------------------------------ the library exemption (epilogue fusion)
+#
+# A problem that is one matmul or convolution followed by pointwise ops (bias, activation, scale, clamp) is won
+# by fusing the pointwise tail into one pass over the heavy op's output, not by re-implementing cuBLAS/cuDNN.
+# For such a problem (and only such) a candidate may call the library for the heavy op, provided the torch ops
+# it runs are that heavy op and ops that only allocate, copy or re-view memory: every pointwise op of the tail
+# must then be the candidate's own kernel. The worker checks this on the ops the candidate actually ran and says
+# in the result that the heavy op ran in the library.
+
+# Ops computing each output element from the same element of their operands (and scalars); in-place variants
+# (relu_, mul_ ...) count as their op.
+POINTWISE_OPS = frozenset(
+    {"add", "sub", "rsub", "mul", "div", "neg", "abs", "reciprocal", "pow", "sqrt", "rsqrt", "exp", "exp2",
+     "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tanh", "sigmoid", "erf", "sign", "sgn", "floor",
+     "ceil", "trunc", "round", "frac", "relu", "gelu", "silu", "mish", "hardswish", "hardsigmoid", "hardtanh",
+     "elu", "celu", "selu", "leaky_relu", "softplus", "threshold", "hardshrink", "softshrink",
+     "log_sigmoid_forward", "clamp", "clamp_min", "clamp_max", "maximum", "minimum", "fmax", "fmin", "where",
+     "masked_fill", "addcmul", "addcdiv", "lerp", "gt", "ge", "lt", "le", "eq", "ne", "logical_not",
+     "logical_and", "logical_or", "scalar_tensor"}
+)  # fmt: skip
+# Ops that only allocate, copy or re-view memory: they compute nothing from the data.
+LAYOUT_OPS = frozenset(
+    {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "unsqueeze", "squeeze", "alias",
+     "detach", "as_strided", "slice", "select", "clone", "contiguous", "copy_", "_to_copy", "lift_fresh", "empty",
+     "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
+)  # fmt: skip
+# The families a candidate may leave to a vendor library, and which library that is (GPU, CPU).
+LIBRARY_FAMILIES = {"mm": ("cuBLAS", "the CPU BLAS"), "convolution": ("cuDNN", "oneDNN")}
+
+
+def aten_base(op: str) -> str:
+    """``aten.addmm.default`` or ``addmm`` -> ``addmm``; an in-place ``relu_`` -> ``relu``."""
+    parts = op.split(".")
+    base = parts[1] if len(parts) >= 2 and parts[0] == "aten" else parts[0]
+    if base.endswith("_") and not base.startswith("_") and base[:-1] in POINTWISE_OPS:
+        return base[:-1]
+    return base
+
+
+def library_family(aten_ops: dict[str, int]) -> str | None:
+    """The heavy family a candidate may run in the library: the reference runs exactly one mm-family or
+    convolution op, at least one pointwise op, and otherwise only layout ops; else None (the usual rule)."""
+    heavy: dict[str, int] = {}
+    pointwise = 0
+    for op, count in aten_ops.items():
+        base = aten_base(op)
+        family = ATEN_FAMILY.get(base)
+        if family is not None:
+            heavy[family] = heavy.get(family, 0) + count
+        elif base in POINTWISE_OPS:
+            pointwise += count
+        elif base not in LAYOUT_OPS:
+            return None  # a reduction, a random op, anything else: not a heavy op + pointwise tail
+    if len(heavy) != 1 or pointwise == 0:
+        return None
+    ((family, count),) = heavy.items()
+    return family if family in LIBRARY_FAMILIES and count == 1 else None

@@ -45,7 +45,9 @@ from tools.cheat_tricks import (
     FRAME_INSPECTION,
     GLOBAL_STATE,
     L2_PERSISTENCE,
+    LAYOUT_OPS,
     LAZY_TENSOR,
+    LIBRARY_FAMILIES,
     PRECISION_DOWNGRADE,
     REFERENCE_INHERITANCE,
     REFERENCE_OP,
@@ -195,17 +197,43 @@ class OpRecorder(TorchDispatchMode):
 
 
 def op_findings(
-    recorder: OpRecorder, reference_families: set[str], reference_low: bool, policy: str
+    recorder: OpRecorder, reference_families: set[str], reference_low: bool, policy: str, library: str | None = None
 ) -> list[RuntimeFinding]:
+    """Reference ops and reduced precision in what the candidate ran. ``library``: the heavy family this problem
+    may leave to the library (``cheat_tricks.library_family``); a candidate that does so must run nothing else in
+    torch but layout ops, so that the pointwise tail is its own kernel and not torch's."""
     out = []
     for name, count in sorted(recorder.ops.items()):
         family = op_family(name)
-        if family and family in reference_families:
+        if family and family in reference_families and family != library:
             out.append(finding(REFERENCE_OP, f"executed aten.{name} ({count}×), the reference's own {family} op"))
+    if library is not None and library in recorder.heavy_families():
+        torch_side = sorted(n for n in recorder.ops if op_family(n) != library and n not in LAYOUT_OPS)
+        if torch_side:
+            ran = ", ".join(f"aten.{n}" for n in torch_side)
+            out.append(
+                finding(
+                    REFERENCE_OP,
+                    f"left the {library} op to the library and also executed {ran} in torch: with the heavy op in "
+                    "the library, the pointwise tail must be the candidate's own kernel",
+                )
+            )
     if not reference_low and recorder.low_dtypes:
         what = ", ".join(sorted(recorder.low_dtypes))
         out.append(finding(PRECISION_DOWNGRADE, f"computed in reduced precision: {what}", blocking=policy == "strict"))
     return out
+
+
+def library_note(recorder: OpRecorder, library: str | None, device: torch.device) -> str | None:
+    """The line a result carries when the candidate ran the heavy op in the library (allowed, but said)."""
+    if library is None or library not in recorder.heavy_families():
+        return None
+    gpu, cpu = LIBRARY_FAMILIES[library]
+    ran = ", ".join(f"aten.{n}" for n in sorted(recorder.ops) if op_family(n) == library)
+    return (
+        f"heavy op by the library: {gpu if device.type == 'cuda' else cpu} ({ran} in torch); the pointwise tail "
+        "is the candidate's own kernel"
+    )
 
 
 def inherited_reference(model_cls: type, reference_cls: type) -> list[RuntimeFinding]:

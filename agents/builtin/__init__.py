@@ -3,8 +3,9 @@
 With no LLM configured, the builtin planner calls ``propose`` for each round's ideas and the builtin
 coder calls ``render`` to turn one into a candidate file; both work from the template catalog here.
 
-- ``recognise(info)``: "softmax", "layernorm", "matmul" or None (``recognise.py``).
-- ``propose(info, device, k, tried, parent)``: up to k new ``IdeaSpec``s, deterministic (``search.py``).
+- ``recognise(info)``: "softmax", "layernorm", "matmul", "reduce" or None (``recognise.py``; reductions and
+  RMSNorm in ``recognise_reduce.py``), or "elementwise" / "epilogue" for pointwise chains (``pointwise.py``).
+- ``propose(info, device, k, tried, parent, policy)``: up to k new ``IdeaSpec``s, deterministic (``search.py``).
 - ``render(template, params, device)``: the full source of a candidate defining ``ModelNew``
   (``catalog.py``, with the kernels in ``templates_cpu.py`` and ``templates_cuda.py``).
 """

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.builtin import templates_cpu, templates_cuda
+from agents.builtin import templates_cpu, templates_cuda, templates_cuda_mma, templates_cuda_onchip
 from agents.builtin.recognise import Shape
 
 Params = dict[str, Any]
@@ -47,6 +47,19 @@ class Template:
     # Parameters that do not matter for a point get their default, so equivalent points compare equal.
     irrelevant: Callable[[Params], tuple[str, ...]] = lambda p: ()
     extras: tuple[str, ...] = field(default=())  # problem facts carried in params (not searched), e.g. eps
+    # Whether a point can run this shape at all (a row that fits on chip, tiles that divide the matrix):
+    # the planner never proposes a point that would only fail at run time.
+    runs_on: Callable[[Params, Shape], bool] = lambda p, s: True
+    # Which shapes of the family the template computes, beyond taking their facts (see ``fits``).
+    applies: Callable[[Shape], bool] = lambda s: True
+    # The tolerance policies under which the static checks let this template's source run (TF32 is relaxed-only).
+    policies: tuple[str, ...] = ("relaxed", "strict")
+
+    def fits(self, shape: Shape) -> bool:
+        """Whether this template computes ``shape``'s problem: it takes every fact the shape carries (a template
+        without the ``op`` extra computes only the plain op, one without ``eps`` only the default eps), and its
+        own condition holds (e.g. a strided or a contiguous reduced dim)."""
+        return all(name in self.extras for name in shape.extras()) and self.applies(shape)
 
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)
@@ -96,7 +109,13 @@ def _binding(p: Params) -> str:
     return "called through a tiny CPython extension" if p["binding"] == "cext" else "called through ctypes"
 
 
+def _log_prefix(p: Params) -> str:
+    return "log-softmax, " if p.get("op") == "log_softmax" else ""
+
+
 def _softmax_cpu_text(p: Params) -> str:
+    if p.get("op") == "log_softmax":
+        return _log_softmax_cpu_text(p)
     algo = {
         "three_pass": "three passes per row (max; exp, store and sum; scale)",
         "online_store": "online max/sum by L1-sized blocks, exps stored against the running max, then one "
@@ -115,6 +134,16 @@ def _softmax_cpu_text(p: Params) -> str:
         f"{threads}, {algo}, {p['vec']}-wide SIMD exp (Cephes polynomial) with {p['unroll']} accumulators"
         f"{prefetch}; {_binding(p)}"
     )
+
+
+def _log_softmax_cpu_text(p: Params) -> str:
+    algo = {
+        "three_pass": "three passes per row (max; sum of exp; (x - max) - log(sum) written)",
+        "online_recompute": "an online max/sum pass by L1-sized blocks (x read once from memory), then "
+        "(x - max) - log(sum) written once" + (" with non-temporal stores" if p["stream"] else ""),
+    }[p["algorithm"]]
+    threads = "OpenMP over rows" if p["parallel"] else "one thread"
+    return f"log-softmax, {threads}, {algo}, {p['vec']}-wide SIMD exp with {p['unroll']} accumulators; {_binding(p)}"
 
 
 def _layernorm_cpu_text(p: Params) -> str:
@@ -146,8 +175,8 @@ def _softmax_block_text(p: Params) -> str:
         else "online max/sum pass then a normalising pass"
     )
     return (
-        f"one {p['block']}-thread block per row, {rows}, {'float4' if p['vec4'] else 'scalar'} accesses, "
-        f"{'__expf' if p['fast_exp'] else 'expf'}"
+        f"{_log_prefix(p)}one {p['block']}-thread block per row, {rows}, {'float4' if p['vec4'] else 'scalar'} "
+        f"accesses, {'__expf' if p['fast_exp'] else 'expf'}"
     )
 
 
@@ -158,7 +187,7 @@ def _softmax_warp_text(p: Params) -> str:
         else "online max/sum pass then a normalising pass"
     )
     return (
-        f"one warp per row ({p['rows_per_block']} rows per block, shuffle-only reductions), {rows}, "
+        f"{_log_prefix(p)}one warp per row ({p['rows_per_block']} rows per block, shuffle-only reductions), {rows}, "
         f"{'float4' if p['vec4'] else 'scalar'} accesses, {'__expf' if p['fast_exp'] else 'expf'}"
     )
 
@@ -186,7 +215,50 @@ def _matmul_cuda_text(p: Params) -> str:
     )
 
 
+def _softmax_cluster_text(p: Params) -> str:
+    stream = ", evict-first streaming loads and stores" if p["stream"] else ""
+    return (
+        f"each row split over a cluster of {p['cluster']} blocks of {p['block']} threads, {p['items']} float4 per "
+        f"thread held in registers (rows up to {templates_cuda_onchip.softmax_capacity(p)} elements read once, "
+        f"written once, one exp per element); the blocks merge their (max, sum) through distributed shared "
+        f"memory{stream}"
+    )
+
+
+def _layernorm_persistent_text(p: Params) -> str:
+    held = {
+        "pair": "two whole rows on chip (one in registers, one staged in shared memory), so the weight and bias "
+        "are read once per pair",
+        "next_row": "one whole row on chip in registers, the next staged in shared memory (cp.async) while the "
+        "grid waits",
+        "none": "one whole row on chip in registers",
+    }[p["staging"]]
+    return (
+        f"a persistent cooperative grid ({p['per_sm']} block(s) of {p['block']} threads per SM, {p['items']} float4 "
+        f"per thread) holds {held}; block statistics merged grid-wide through an arrival counter; x read once, "
+        "y written once"
+    )
+
+
+def _matmul_mma_text(p: Params) -> str:
+    if p["split"] == 1:
+        math_ = "TF32 tensor cores (mma.sync m16n8k8; ~1e-3 relative error, for the relaxed tolerance policy only)"
+    else:
+        math_ = (
+            "3xTF32 tensor cores (each operand split into a TF32 part and a TF32 remainder, three products: "
+            "fp32-level accuracy)"
+        )
+        if p["promote"]:
+            math_ += ", each K step's partial added to the total with rounded fp32 adds"
+    return (
+        f"{math_}, {p['bm']}x{p['bn']} block tile, BK={p['bk']}, {p['warp']} warp tiles, "
+        f"{p['stages']}-stage cp.async pipeline"
+    )
+
+
 # --------------------------------------------------------------------------------------- validity
+
+H200_SMS = 132  # the persistent templates size their grid by the GPU's SMs; the planner assumes an H100/H200
 
 
 def _matmul_cpu_valid(p: Params) -> bool:
@@ -227,10 +299,13 @@ TEMPLATES: dict[str, Template] = {
             ),
             templates_cpu.render_softmax,
             _softmax_cpu_text,
+            # Log-softmax stores no exps: online_store would be online_recompute again.
+            valid=lambda p: not (p.get("op") == "log_softmax" and p["algorithm"] == "online_store"),
             irrelevant=lambda p: (
                 (("rows_per_task",) if not p["parallel"] else ())
                 + (("stream",) if p["algorithm"] != "online_recompute" else ())
             ),
+            extras=("op",),  # "log_softmax"
         ),
         Template(
             "layernorm_cpu",
@@ -280,6 +355,7 @@ TEMPLATES: dict[str, Template] = {
             templates_cuda.render_softmax_block,
             _softmax_block_text,
             valid=lambda p: p["block"] * p["items"] <= 16384,
+            extras=("op",),  # "log_softmax"
         ),
         Template(
             "softmax_cuda_warp",
@@ -293,6 +369,7 @@ TEMPLATES: dict[str, Template] = {
             ),
             templates_cuda.render_softmax_warp,
             _softmax_warp_text,
+            extras=("op",),  # "log_softmax"
         ),
         Template(
             "layernorm_cuda_block",
@@ -335,6 +412,60 @@ TEMPLATES: dict[str, Template] = {
             _matmul_cuda_text,
             valid=_matmul_cuda_valid,
         ),
+        Template(
+            "softmax_cuda_cluster",
+            "softmax",
+            "cuda",
+            (
+                Param("cluster", (2, 4, 8), 8, structural=True),
+                Param("block", (64, 128, 256, 512), 128),
+                Param("items", (4, 8, 16, 32), 16),
+                Param("stream", (False, True), False),
+            ),
+            templates_cuda_onchip.render_softmax_cluster,
+            _softmax_cluster_text,
+            # 32 float4 per thread is 128 registers of row: only small blocks keep that without spilling.
+            valid=lambda p: p["block"] * p["items"] <= 4096,
+            extras=("op",),
+            runs_on=lambda p, s: s.cols % 4 == 0 and s.cols <= templates_cuda_onchip.softmax_capacity(p),
+        ),
+        Template(
+            "layernorm_cuda_persistent",
+            "layernorm",
+            "cuda",
+            (
+                Param("block", (256, 512, 1024), 1024),
+                Param("per_sm", (1, 2, 4), 1),
+                Param("items", (4, 8), 8),
+                Param("staging", ("pair", "next_row", "none"), "pair", structural=True),
+            ),
+            templates_cuda_onchip.render_layernorm_persistent,
+            _layernorm_persistent_text,
+            # The row chunk in registers: 8 float4 per thread needs the whole register file at 1024 threads/SM.
+            valid=lambda p: p["block"] * p["per_sm"] * p["items"] <= 8192 and p["block"] * p["per_sm"] <= 2048,
+            extras=("eps",),
+            runs_on=lambda p, s: s.cols % 4 == 0 and s.cols <= H200_SMS * p["per_sm"] * p["block"] * p["items"] * 4,
+        ),
+        Template(
+            "matmul_cuda_mma",
+            "matmul",
+            "cuda",
+            (
+                Param("split", (1, 3), 3, structural=True),
+                Param("bm", (128, 256), 128),
+                Param("bn", (128, 256), 128),
+                Param("bk", (16, 32), 32),
+                Param("warp", ("64x32", "64x64", "32x64"), "64x32"),
+                Param("stages", (3, 4), 3),
+                Param("promote", (True, False), True),
+            ),
+            templates_cuda_mma.render_matmul_mma,
+            _matmul_mma_text,
+            valid=templates_cuda_mma.valid,
+            irrelevant=lambda p: ("promote",) if p["split"] == 1 else (),
+            runs_on=lambda p, s: s.m % p["bm"] == 0 and s.n % p["bn"] == 0 and s.k % p["bk"] == 0,
+            policies=("relaxed",),
+        ),
     )
 }
 
@@ -372,6 +503,10 @@ def _pick(values: tuple[int, ...], at_least: int) -> int:
 def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
     """A spread of first-round points, the most promising first, for this shape."""
     f = shape.family
+    if f == "reduce" or (f == "layernorm" and shape.op == "rms"):
+        return catalog_reduce.seeds(shape, device)
+    if f in ("elementwise", "epilogue"):
+        return catalog_elementwise.seeds(shape, device)
     if device == "cpu":
         if f == "softmax":
             tiny = shape.elements < 16384
@@ -422,12 +557,13 @@ def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
                     ("softmax_cuda_block", {"block": block, "items": items, "fast_exp": True}),
                     ("softmax_cuda_warp", {"rows_per_block": 4, "items": 0}),
                 ]
-            return [
+            out = [
                 ("softmax_cuda_block", {"block": 1024, "items": 0}),
                 ("softmax_cuda_block", {"block": 512, "items": 0}),
                 ("softmax_cuda_block", {"block": 1024, "items": 0, "fast_exp": True}),
                 ("softmax_cuda_block", {"block": 256, "items": 0}),
             ]
+            return _cluster_softmax_seeds(shape.cols) + out
         if f == "layernorm":
             few_long_rows = shape.rows < 264 and shape.cols >= 65536
             # ~4 blocks per SM of an H200 (132 SMs), but chunks of at least ~2048 elements.
@@ -440,7 +576,18 @@ def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
                 ("layernorm_cuda_block", {"block": 256, "stats": "welford"}),
             ]
             if few_long_rows:
-                return [out[2], ("layernorm_cuda_split", {"block": 1024, "split": split}), *out[:2]]
+                persistent = [
+                    ("layernorm_cuda_persistent", {"block": 1024, "per_sm": 1, "items": 8, "staging": "pair"}),
+                    ("layernorm_cuda_persistent", {"block": 512, "per_sm": 2, "items": 8, "staging": "pair"}),
+                ]
+                # One whole row must fit on chip: 132 SMs (H100/H200) x 1024 threads x 32 floats.
+                fits = shape.cols % 4 == 0 and shape.cols <= 132 * 1024 * 32
+                return [
+                    *(persistent if fits else []),
+                    out[2],
+                    ("layernorm_cuda_split", {"block": 1024, "split": split}),
+                    *out[:2],
+                ]
             return out
         if f == "matmul":
             small = shape.m * shape.n < 512 * 512
@@ -450,5 +597,41 @@ def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
                 ("matmul_cuda_tiled", {"bm": 128, "bn": 64, "bk": 16, "tm": 8, "tn": 4}),
                 ("matmul_cuda_tiled", {"bm": 64, "bn": 128, "bk": 16, "tm": 4, "tn": 8}),
             ]
-            return [out[1], out[2], out[0], out[3]] if small else out
+            if small:
+                return [out[1], out[2], out[0], out[3]]
+            if shape.m % 128 == 0 and shape.n % 128 == 0 and shape.k % 32 == 0:
+                mma = [
+                    ("matmul_cuda_mma", {"split": 3, "warp": "64x32", "promote": True}),
+                    ("matmul_cuda_mma", {"split": 1, "warp": "64x64"}),
+                    ("matmul_cuda_mma", {"split": 3, "warp": "64x64", "promote": False}),
+                ]
+                return [*mma, *out]
+            return out
     return []
+
+
+def _cluster_softmax_seeds(cols: int) -> list[tuple[str, Params]]:
+    """Cluster points whose capacity holds a row of ``cols`` with the least padding; the H200 favoured
+    8 blocks of 128 threads x 16 float4 on 65536-element rows (bench/RESULTS.md)."""
+    if cols % 4 or cols < 4096:
+        return []
+    preferred = [(8, 128, 16), (4, 256, 16), (8, 64, 32), (8, 256, 8), (4, 512, 8), (2, 512, 16), (8, 512, 8)]
+    fitting = [(c, b, i) for c, b, i in preferred if c * b * i * 4 >= cols]
+    fitting.sort(key=lambda p: p[0] * p[1] * p[2])  # least padding first, preference order among equals
+    return [
+        ("softmax_cuda_cluster", {"cluster": c, "block": b, "items": i, "stream": stream})
+        for (c, b, i), stream in zip(fitting[:3], (False, False, True), strict=False)
+    ]
+
+
+# ------------------------------------------------------------------- families in their own modules
+
+# Reductions over a dim and RMSNorm: their templates build on Param and Template above, so they come last.
+from agents.builtin import catalog_reduce  # noqa: E402
+
+TEMPLATES.update({t.name: t for t in catalog_reduce.TEMPLATES})
+
+# Fused pointwise chains and heavy op + pointwise tail (catalog_elementwise.py), likewise.
+from agents.builtin import catalog_elementwise  # noqa: E402
+
+TEMPLATES.update({t.name: t for t in catalog_elementwise.TEMPLATES})

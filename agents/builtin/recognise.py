@@ -5,7 +5,11 @@ The family comes from the aten ops the reference runs (``ProblemInfo.aten_ops``)
 tensors whose shapes fit the family, and a constructor the templates reproduce (no arguments, or the
 normalized_shape of a LayerNorm). The op's own arguments (softmax dim, LayerNorm eps) are not in
 ``ProblemInfo``; when the problem file is readable they are read from one forward pass on meta tensors,
-and a softmax over any dim but the last is not recognised.
+and a softmax over any dim but the last is not recognised. ``aten._log_softmax`` is the softmax family with
+``Shape.op == "log_softmax"``. Reductions over one dim ("reduce") and RMSNorm (the layernorm family with
+``op == "rms"``) are recognised from an ordered op trace in ``recognise_reduce.py``. A chain of pointwise ops
+("elementwise"), or one matmul / linear / convolution followed by one ("epilogue"), is traced into an expression
+by ``pointwise.py`` (``Shape.spec``).
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from tools.problem import ProblemInfo, TensorSpec
 
-FAMILIES = ("softmax", "layernorm", "matmul")
+FAMILIES = ("softmax", "layernorm", "matmul", "reduce", "elementwise", "epilogue")
 _FAMILY_OF_OP = {
     "aten._softmax.default": "softmax",
+    "aten._log_softmax.default": "softmax",  # Shape.op "log_softmax"
     "aten.native_layer_norm.default": "layernorm",
     "aten.mm.default": "matmul",
     "aten.bmm.default": "matmul",
@@ -43,10 +48,27 @@ class Shape:
     k: int = 0
     n: int = 0
     eps: float = 1e-5  # layernorm
+    # Family-specific facts for the newer families, kept hashable: the operation's variant (e.g. "log_softmax",
+    # "rms", "sum", "argmax"), the size of the dims after a reduced one, and a JSON spec the renderers take
+    # (e.g. an elementwise expression). Defaults mean "the plain op over the last dim".
+    op: str = ""
+    inner: int = 1
+    spec: str = ""
+
+    def extras(self) -> dict[str, Any]:
+        """Problem facts every template of this family receives as (unsearched) params."""
+        out: dict[str, Any] = {}
+        if self.family == "layernorm" and self.eps != 1e-5:
+            out["eps"] = self.eps
+        if self.op:
+            out["op"] = self.op
+        if self.spec:
+            out["spec"] = self.spec
+        return out
 
     @property
     def elements(self) -> int:
-        return self.rows * self.cols if self.family != "matmul" else self.batch * self.m * self.n
+        return self.rows * self.cols * self.inner if self.family != "matmul" else self.batch * self.m * self.n
 
     @property
     def flops(self) -> int:
@@ -65,6 +87,20 @@ def recognise(info: ProblemInfo) -> str | None:
 
 def analyse(info: ProblemInfo) -> Shape | None:
     """The family and shape facts of ``info``, or None when no builtin template applies."""
+    # Reductions over a dim and RMSNorm need the op trace's arguments and dataflow (recognise_reduce.py,
+    # imported here because it builds on Shape).
+    from agents.builtin import recognise_reduce
+
+    reduced = recognise_reduce.analyse_reduce(info) or recognise_reduce.analyse_rms(info)
+    if reduced is not None:
+        return reduced
+    # A chain of pointwise ops, alone or after one matmul / linear / convolution (pointwise.py traces it).
+    from agents.builtin.pointwise import analyse_pointwise
+
+    fused = analyse_pointwise(info)
+    if fused is not None:
+        family, spec, facts = fused
+        return Shape(family, spec=spec, **facts)
     ops = dict(info.aten_ops)
     if len(ops) != 1:
         return None
@@ -80,13 +116,13 @@ def analyse(info: ProblemInfo) -> Shape | None:
     init = _literal(info.init_inputs)
     out = info.outputs[0].shape
     if family == "softmax":
-        return _softmax(info, tensors, out, init)
+        return _softmax(info, tensors, out, init, "log_softmax" if op == "aten._log_softmax.default" else "")
     if family == "layernorm":
         return _layernorm(info, tensors, out, init)
     return _matmul(op, tensors, out, init)
 
 
-def _softmax(info: ProblemInfo, tensors: list[TensorSpec], out: list[int], init: Any) -> Shape | None:
+def _softmax(info: ProblemInfo, tensors: list[TensorSpec], out: list[int], init: Any, op: str = "") -> Shape | None:
     if init != [] or len(tensors) != 1 or tensors[0].shape != out or not out:
         return None
     probed = _probe(info.path, info.sha256)
@@ -95,7 +131,7 @@ def _softmax(info: ProblemInfo, tensors: list[TensorSpec], out: list[int], init:
         if dim is None or dim % len(out) != len(out) - 1:
             return None
     cols = out[-1]
-    return Shape("softmax", rows=math.prod(out) // cols if cols else 0, cols=cols)
+    return Shape("softmax", rows=math.prod(out) // cols if cols else 0, cols=cols, op=op)
 
 
 def _layernorm(info: ProblemInfo, tensors: list[TensorSpec], out: list[int], init: Any) -> Shape | None:
@@ -159,7 +195,7 @@ class _ArgRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = str(func)
-        if name == "aten._softmax.default":
+        if name in ("aten._softmax.default", "aten._log_softmax.default"):
             self.found["softmax_dim"] = int(args[1])
         elif name == "aten.native_layer_norm.default":
             self.found["normalized_shape"] = [int(d) for d in args[1]]

@@ -43,26 +43,38 @@ class _Move:
 
 
 def propose(
-    info: ProblemInfo, device: str, k: int, tried: list[dict[str, Any]], parent: dict[str, Any] | None
+    info: ProblemInfo,
+    device: str,
+    k: int,
+    tried: list[dict[str, Any]],
+    parent: dict[str, Any] | None,
+    policy: str = "relaxed",
 ) -> list[IdeaSpec]:
-    """Up to ``k`` new ideas for this round, never one whose (template, params) is in ``tried``."""
+    """Up to ``k`` new ideas for this round, never one whose (template, params) is in ``tried`` nor one whose
+    source the tolerance ``policy`` would block."""
     shape = analyse(info)
     if shape is None or k <= 0:
         return []
-    family_templates = templates_for(shape.family, device)
+    # Only the templates that compute this variant of the family (log-softmax, RMSNorm, a strided reduction...).
+    family_templates = [t for t in templates_for(shape.family, device) if t.fits(shape) and policy in t.policies]
     if not family_templates:
         return []
     history = _History(tried)
-    extras = {"eps": shape.eps} if shape.family == "layernorm" and shape.eps != 1e-5 else {}
+    extras = shape.extras()
     parent_record = history.parent_record(parent)
 
     out: list[IdeaSpec] = []
     taken: set[str] = set()
+    allowed = {t.name for t in family_templates}
     for move in _moves(shape, device, family_templates, history, parent):
+        if move.template not in allowed:
+            continue
         t = TEMPLATES[move.template]
         try:
             params = t.normalise({**move.params, **{n: v for n, v in extras.items() if n in t.extras}})
         except ValueError:
+            continue
+        if not t.runs_on(params, shape):
             continue
         k_ = key(move.template, params)
         if k_ in history.keys or k_ in taken:
@@ -189,6 +201,14 @@ def _preference(t: Template, name: str, shape: Shape) -> tuple[tuple[Any, ...], 
         return values, ("none",)
     if t.name == "matmul_cpu" and name == "threads":
         return (("one", "all"), ()) if tiny else (values, ("one",))
+    if t.name == "rmsnorm_cpu" and name == "threads":
+        return (("one", "all"), ()) if tiny else (values, ("one",))
+    if t.name == "reduce_cpu" and name == "parallel":
+        if tiny:
+            return ("none", "out", "split"), ()
+        if shape.rows * shape.inner < 8 and shape.cols >= 16384:
+            return ("split", "out", "none"), ("none",)
+        return values, ("none",)
     return values, ()
 
 

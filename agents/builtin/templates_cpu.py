@@ -213,6 +213,10 @@ SOFTMAX_C = r"""
 #ifndef PREFETCH
 #define PREFETCH @PREFETCH@      /* prefetch the row this many rows ahead during the exp pass (0: off) */
 #endif
+#ifndef LOG
+#define LOG @LOG@           /* 1: log-softmax, y = (x - max) - log(sum); ALGO 0: max pass, sum pass, write pass;
+                              ALGO 1 and 2: online max/sum by blocks, then the write pass (no exp stored) */
+#endif
 @PRELUDE@
 /* y[lo:hi] = exp(x[lo:hi] - m); returns the sum. With pf set, also prefetches the same span of the
    row PREFETCH rows ahead (pf: its x, pf_y: its y), so that memory works while this row computes. */
@@ -333,9 +337,58 @@ static void online_block(const float* restrict x, int64_t lo, int64_t hi, float*
     *s += t;
 }
 
+#if LOG
+/* The sum of exp(x - m) over x[lo:hi). */
+static float sum_exp(const float* restrict x, int64_t lo, int64_t hi, float m)
+{
+    const vf mv = vsplat(m);
+    vf acc[UNROLL];
+    for (int u = 0; u < UNROLL; ++u) acc[u] = vsplat(0.0f);
+    int64_t j = lo;
+    for (; j + STEP <= hi; j += STEP)
+        for (int u = 0; u < UNROLL; ++u) acc[u] += vexp(vload(x + j + u * VW) - mv);
+    for (int u = 1; u < UNROLL; ++u) acc[0] += acc[u];
+    float s = hsum(acc[0]);
+    for (; j < hi; ++j) s += sexp(x[j] - m);
+    return s;
+}
+
+/* y = (x - m) - ls over the row (ls = log of the sum), with the same prefetch and stores as exp_scale_store. */
+static void log_store(const float* restrict x, float* restrict y, int64_t cols, float m, float ls, const float* pf,
+                      float* pf_y)
+{
+    const vf mv = vsplat(m), lv = vsplat(ls);
+    int64_t j = 0;
+    while (j < cols && ((uintptr_t)(y + j) & (VW * 4 - 1)) != 0) {
+        y[j] = (x[j] - m) - ls;
+        ++j;
+    }
+    for (; j + STEP <= cols; j += STEP) {
+        if (pf)
+            for (int u = 0; u < UNROLL; ++u) {
+                __builtin_prefetch(pf + j + u * VW, 0, 3);
+                __builtin_prefetch(pf_y + j + u * VW, 1, 3);
+            }
+        for (int u = 0; u < UNROLL; ++u) vstream(y + j + u * VW, (vload(x + j + u * VW) - mv) - lv);
+    }
+    for (; j < cols; ++j) y[j] = (x[j] - m) - ls;
+    stream_fence();
+}
+#endif
+
 static void softmax_row(const float* restrict x, float* restrict y, int64_t cols, const float* pf, float* pf_y)
 {
-#if ALGO == 1
+#if LOG
+    float m = -FLT_MAX, s = 0.0f;
+#if ALGO == 0
+    m = max_of(x, 0, cols);
+    s = sum_exp(x, 0, cols, m);
+#else
+    const int64_t blk = block_len(cols);
+    for (int64_t lo = 0; lo < cols; lo += blk) online_block(x, lo, min64(lo + blk, cols), &m, &s);
+#endif
+    log_store(x, y, cols, m, __builtin_logf(s), pf, pf_y);
+#elif ALGO == 1
     /* One block at a time: its max (from L1 right after), then exp against the running max, stored.
        When the running max grows the running sum is rescaled; a last pass rescales each block. */
     const int64_t blk = block_len(cols);
@@ -390,7 +443,7 @@ SOFTMAX_PY = r'''"""Builtin candidate `softmax_cpu` (agents.builtin).
 
 Parameters: @PARAMS@.
 
-Softmax over the last dim (dim 1 of the problem's 2-D input), any number of
+@WHAT_TITLE@ over the last dim (dim 1 of the problem's 2-D input), any number of
 rows and columns; exp is a vectorised Cephes polynomial (~2 ulp).
 """
 
@@ -404,7 +457,7 @@ _F32 = torch.float32
 
 
 class ModelNew(nn.Module):
-    """softmax(x, dim=-1); no constructor arguments, like the problem's Model."""
+    """@WHAT@(x, dim=-1); no constructor arguments, like the problem's Model."""
 
     def __init__(self):
         super().__init__()
@@ -437,11 +490,15 @@ def render_softmax(params: dict[str, Any], summary: str) -> str:
         ALGO={"three_pass": 0, "online_store": 1, "online_recompute": 2}[params["algorithm"]],
         STREAM=c_bool(params["stream"]),
         PREFETCH=params["prefetch"],
+        LOG=c_bool(params.get("op") == "log_softmax"),
         PRELUDE=_prelude(),
     )
     binding = binding_block("softmax_cpu", {"softmax_rows": ("ppii", "")}, params["binding"])
+    what = "log_softmax" if params.get("op") == "log_softmax" else "softmax"
     return fill(
         SOFTMAX_PY,
+        WHAT=what,
+        WHAT_TITLE=what.capitalize(),
         SUMMARY_DOC=wrap(summary),
         PARAMS=_params_text(params),
         C_SRC=c_src,

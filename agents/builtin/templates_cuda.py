@@ -20,6 +20,15 @@ SOFTMAX_COMMON = r"""
 #else
 #define EXP(v) expf(v)
 #endif
+// The output from x, the row max m and the row's factor c: softmax exp(x - m) * (1 / sum),
+// log-softmax (x - m) - log(sum), subtracted in that order like torch.
+#if LOG
+#define ROW_FACTOR(s) logf(s)
+#define OUT(v, m, c) (((v) - (m)) - (c))
+#else
+#define ROW_FACTOR(s) (1.0f / (s))
+#define OUT(v, m, c) (EXP((v) - (m)) * (c))
+#endif
 
 // Merge the running pair (m, s) with (m2, s2): s is a sum of exp(x - m).
 __device__ __forceinline__ void merge(float& m, float& s, float m2, float s2)
@@ -53,7 +62,7 @@ __device__ __forceinline__ void row_stats(const float* xr, long long cols, int f
     for (long long i = head + first; i < cols; i += stride) merge(m, s, xr[i], 1.0f);
 }
 
-// out = exp(x - m) * inv over a strided share of one row.
+// out = OUT(x, m, inv) over a strided share of one row (inv = ROW_FACTOR(sum)).
 __device__ __forceinline__ void row_write(const float* xr, float* yr, long long cols, int first, int stride, float m,
                                           float inv)
 {
@@ -63,13 +72,13 @@ __device__ __forceinline__ void row_write(const float* xr, float* yr, long long 
     for (long long i = first * 4LL; i < head; i += stride * 4LL) {
         const float4 v = *reinterpret_cast<const float4*>(xr + i);
         float4 r;
-        r.x = EXP(v.x - m) * inv;
-        r.y = EXP(v.y - m) * inv;
-        r.z = EXP(v.z - m) * inv;
-        r.w = EXP(v.w - m) * inv;
+        r.x = OUT(v.x, m, inv);
+        r.y = OUT(v.y, m, inv);
+        r.z = OUT(v.z, m, inv);
+        r.w = OUT(v.w, m, inv);
         *reinterpret_cast<float4*>(yr + i) = r;
     }
-    for (long long i = head + first; i < cols; i += stride) yr[i] = EXP(xr[i] - m) * inv;
+    for (long long i = head + first; i < cols; i += stride) yr[i] = OUT(xr[i], m, inv);
 }
 """
 
@@ -87,6 +96,9 @@ SOFTMAX_BLOCK_CU = r"""
 #endif
 #ifndef ITEMS
 #define ITEMS @ITEMS@        // row elements per thread kept in registers when the row fits (0: stream it twice)
+#endif
+#ifndef LOG
+#define LOG @LOG@          // 1: log-softmax, (x - max) - log(sum)
 #endif
 #define WARPS (BLOCK / 32)
 @COMMON@
@@ -128,11 +140,11 @@ softmax_rows(const float* __restrict__ x, float* __restrict__ out, long long col
             for (int k = 0; k < ITEMS; ++k) s += EXP(r[k] - m);  // exp(-inf) = 0 for the padding
         }
         block_merge(m, s);
-        const float inv = 1.0f / s;
+        const float inv = ROW_FACTOR(s);
 #pragma unroll
         for (int k = 0; k < ITEMS; ++k) {
             const long long i = (long long)k * BLOCK + threadIdx.x;
-            if (i < cols) yr[i] = EXP(r[k] - m) * inv;
+            if (i < cols) yr[i] = OUT(r[k], m, inv);
         }
         return;
     }
@@ -141,7 +153,7 @@ softmax_rows(const float* __restrict__ x, float* __restrict__ out, long long col
     float m = NEG_INF, s = 0.0f;
     row_stats(xr, cols, threadIdx.x, BLOCK, m, s);
     block_merge(m, s);
-    row_write(xr, yr, cols, threadIdx.x, BLOCK, m, 1.0f / s);
+    row_write(xr, yr, cols, threadIdx.x, BLOCK, m, ROW_FACTOR(s));
 }
 """
 
@@ -159,6 +171,9 @@ SOFTMAX_WARP_CU = r"""
 #endif
 #ifndef ITEMS
 #define ITEMS @ITEMS@        // row elements per lane kept in registers when the row fits (0: stream it twice)
+#endif
+#ifndef LOG
+#define LOG @LOG@          // 1: log-softmax, (x - max) - log(sum)
 #endif
 @COMMON@
 extern "C" __global__ void __launch_bounds__(ROWS_PER_BLOCK * 32)
@@ -185,11 +200,11 @@ softmax_rows(const float* __restrict__ x, float* __restrict__ out, long long row
             for (int k = 0; k < ITEMS; ++k) s += EXP(r[k] - m);
         }
         warp_merge(m, s);
-        const float inv = 1.0f / s;
+        const float inv = ROW_FACTOR(s);
 #pragma unroll
         for (int k = 0; k < ITEMS; ++k) {
             const long long i = (long long)k * 32 + lane;
-            if (i < cols) yr[i] = EXP(r[k] - m) * inv;
+            if (i < cols) yr[i] = OUT(r[k], m, inv);
         }
         return;
     }
@@ -197,7 +212,7 @@ softmax_rows(const float* __restrict__ x, float* __restrict__ out, long long row
     float m = NEG_INF, s = 0.0f;
     row_stats(xr, cols, lane, 32, m, s);
     warp_merge(m, s);
-    row_write(xr, yr, cols, lane, 32, m, 1.0f / s);
+    row_write(xr, yr, cols, lane, 32, m, ROW_FACTOR(s));
 }
 """
 
@@ -207,7 +222,7 @@ SOFTMAX_PY = r'''"""Builtin candidate `@TEMPLATE@` (agents.builtin).
 
 Parameters: @PARAMS@.
 
-Softmax over the last dim (dim 1 of the problem's 2-D input), any number of rows and columns.
+@WHAT_TITLE@ over the last dim (dim 1 of the problem's 2-D input), any number of rows and columns.
 """
 
 import cupy
@@ -222,7 +237,7 @@ _ROWS_PER_BLOCK = @ROWS_PER_BLOCK@
 
 
 class ModelNew(nn.Module):
-    """softmax(x, dim=-1); no constructor arguments, like the problem's Model."""
+    """@WHAT@(x, dim=-1); no constructor arguments, like the problem's Model."""
 
     def __init__(self):
         super().__init__()
@@ -245,6 +260,10 @@ class ModelNew(nn.Module):
 '''
 
 
+def _softmax_what(params: dict[str, Any]) -> str:
+    return "log_softmax" if params.get("op") == "log_softmax" else "softmax"
+
+
 def render_softmax_block(params: dict[str, Any], summary: str) -> str:
     cu = fill(
         SOFTMAX_BLOCK_CU,
@@ -253,12 +272,15 @@ def render_softmax_block(params: dict[str, Any], summary: str) -> str:
         VEC=c_bool(params["vec4"]),
         FAST_EXP=c_bool(params["fast_exp"]),
         ITEMS=params["items"],
+        LOG=c_bool(params.get("op") == "log_softmax"),
         COMMON=SOFTMAX_COMMON,
     )
     launch = "kernel((blocks,), (_THREADS,), (x.data_ptr(), out.data_ptr(), cupy.int64(cols)))"
     return fill(
         SOFTMAX_PY,
         TEMPLATE="softmax_cuda_block",
+        WHAT=_softmax_what(params),
+        WHAT_TITLE=_softmax_what(params).capitalize(),
         SUMMARY_DOC=wrap(summary),
         PARAMS=_params_text(params),
         CUDA_SRC=cu,
@@ -276,12 +298,15 @@ def render_softmax_warp(params: dict[str, Any], summary: str) -> str:
         VEC=c_bool(params["vec4"]),
         FAST_EXP=c_bool(params["fast_exp"]),
         ITEMS=params["items"],
+        LOG=c_bool(params.get("op") == "log_softmax"),
         COMMON=SOFTMAX_COMMON,
     )
     launch = "kernel((blocks,), (_THREADS,), (x.data_ptr(), out.data_ptr(), cupy.int64(rows), cupy.int64(cols)))"
     return fill(
         SOFTMAX_PY,
         TEMPLATE="softmax_cuda_warp",
+        WHAT=_softmax_what(params),
+        WHAT_TITLE=_softmax_what(params).capitalize(),
         SUMMARY_DOC=wrap(summary),
         PARAMS=_params_text(params),
         CUDA_SRC=cu,

@@ -1,0 +1,365 @@
+"""The catalog entries for fused pointwise chains ("elementwise") and heavy op + pointwise tail ("epilogue"):
+templates, descriptions, first-round seeds and the planner's reasons (``BASE`` / ``CHANGES`` / ``facts``,
+merged into ``agents.builtin.words``).
+
+Imported at the end of ``agents.builtin.catalog`` (it builds on ``Param`` and ``Template`` from there); the
+expression comes from ``agents.builtin.pointwise`` and the kernels from ``agents.builtin.templates_elementwise``.
+Every template takes the problem's ``spec`` as an extra (unsearched) parameter; rendering without it fails.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from agents.builtin import templates_elementwise as te
+from agents.builtin.catalog import Param, Params, Template
+from agents.builtin.pointwise import load
+from agents.builtin.recognise import Shape
+
+H200_SMS = 132
+FAMILIES = ("elementwise", "epilogue")
+LIBRARY = {"linear": "cuBLAS", "matmul": "cuBLAS", "conv": "cuDNN"}
+CPU_LIBRARY = {"linear": "the CPU BLAS", "matmul": "the CPU BLAS", "conv": "oneDNN"}
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
+
+
+def _spec(p: Params) -> dict[str, Any] | None:
+    return load(p["spec"]) if p.get("spec") else None
+
+
+def _heavy_name(spec: dict[str, Any] | None) -> str:
+    h = (spec or {}).get("heavy") or {}
+    if h.get("op") == "conv":
+        return f"conv{'_transpose' if h['transposed'] else ''}{h['dims']}d"
+    return h.get("op", "the heavy op")
+
+
+def _has_bias(p: Params) -> bool | None:
+    spec = _spec(p)
+    return bool(spec["heavy"].get("bias")) if spec and spec.get("heavy") else None
+
+
+def _has_math(p: Params) -> bool | None:
+    spec = _spec(p)
+    return te.transcendental(spec) if spec else None
+
+
+# ------------------------------------------------------------------------------------ descriptions
+
+
+def _expr(p: Params, limit: int = 90) -> str:
+    spec = _spec(p)
+    return te.expression_text(spec, limit) if spec else "the problem's pointwise chain"
+
+
+def _cuda_text(p: Params) -> str:
+    unit = "float4" if p["vec4"] else "float"
+    grid = (
+        "one element chunk per thread (a grid covering the tensor)"
+        if p["grid"] == 0
+        else f"a grid-stride loop over {p['grid']} wave(s) of resident blocks"
+    )
+    math_ = (
+        ", __expf/__logf/__fdividef fast math (~2 ulp)"
+        if p["fast_math"] and _has_math(p) is not False
+        else ", full-precision math"
+        if _has_math(p) is not False
+        else ""
+    )
+    return f"{p['block']}-thread blocks, {p['items']} {unit}(s) per thread in flight, {grid}{math_}"
+
+
+def _cpu_text(p: Params) -> str:
+    threads = (
+        ("OpenMP over contiguous ranges" if p["chunk"] == 0 else f"OpenMP over {p['chunk']}-element tasks")
+        if p["parallel"]
+        else "one thread"
+    )
+    binding = "a tiny CPython extension" if p["binding"] == "cext" else "ctypes"
+    return f"{threads}, {p['vec']}-wide SIMD (polynomial exp/log/tanh/erf); called through {binding}"
+
+
+def _tail_text(p: Params, cuda: bool) -> str:
+    spec = _spec(p)
+    heavy = (spec or {}).get("heavy") or {}
+    lib = (LIBRARY if cuda else CPU_LIBRARY).get(heavy.get("op", ""), "the library")
+    where = "in place on its output" if p["inplace"] else "into a new buffer"
+    bias = ""
+    if _has_bias(p):
+        bias = "; the bias added in the library call" if p["bias"] == "library" else "; the bias added in the tail"
+    return f"{_heavy_name(spec)} by {lib} (torch), then the tail {_expr(p)} as one kernel {where}{bias}"
+
+
+def _elementwise_cuda_text(p: Params) -> str:
+    return f"one fused CUDA kernel for {_expr(p)}: {_cuda_text(p)}"
+
+
+def _elementwise_cpu_text(p: Params) -> str:
+    return f"one fused C pass for {_expr(p)}: {_cpu_text(p)}"
+
+
+def _epilogue_cuda_text(p: Params) -> str:
+    return f"{_tail_text(p, True)}: {_cuda_text(p)}"
+
+
+def _epilogue_cpu_text(p: Params) -> str:
+    return f"{_tail_text(p, False)}: {_cpu_text(p)}"
+
+
+# --------------------------------------------------------------------------------------- templates
+
+
+def _cuda_irrelevant(p: Params) -> tuple[str, ...]:
+    return ("fast_math",) if _has_math(p) is False else ()
+
+
+def _epilogue_cuda_irrelevant(p: Params) -> tuple[str, ...]:
+    return _cuda_irrelevant(p) + (("bias",) if _has_bias(p) is False else ())
+
+
+def _cpu_irrelevant(p: Params) -> tuple[str, ...]:
+    return ("chunk",) if not p["parallel"] else ()
+
+
+def _epilogue_cpu_irrelevant(p: Params) -> tuple[str, ...]:
+    return _cpu_irrelevant(p) + (("bias",) if _has_bias(p) is False else ())
+
+
+_CUDA_PARAMS = (
+    Param("block", (128, 256, 512, 1024), 256),
+    Param("items", (1, 2, 4, 8), 2),
+    Param("vec4", (True, False), True),
+    Param("grid", (0, 1, 2, 4, 8, 16), 0, structural=True),  # 0: cover the tensor; k: k waves, grid-stride
+    Param("fast_math", (False, True), False),
+)
+_CPU_PARAMS = (
+    Param("parallel", (True, False), True, structural=True),
+    Param("binding", ("cext", "ctypes"), "cext", structural=True),
+    Param("vec", (8, 16), 16),
+    Param("chunk", (0, 4096, 16384, 65536), 0),
+)
+# Epilogue only: where the heavy op's bias goes, and whether the tail overwrites the heavy op's output.
+_TAIL_PARAMS = (
+    Param("bias", ("library", "tail"), "library", structural=True),
+    Param("inplace", (True, False), True),
+)
+
+TEMPLATES: tuple[Template, ...] = (
+    Template(
+        "elementwise_cuda",
+        "elementwise",
+        "cuda",
+        _CUDA_PARAMS,
+        te.render_elementwise_cuda,
+        _elementwise_cuda_text,
+        irrelevant=_cuda_irrelevant,
+        extras=("spec",),
+    ),
+    Template(
+        "elementwise_cpu",
+        "elementwise",
+        "cpu",
+        _CPU_PARAMS,
+        te.render_elementwise_cpu,
+        _elementwise_cpu_text,
+        irrelevant=_cpu_irrelevant,
+        extras=("spec",),
+    ),
+    Template(
+        "epilogue_cuda",
+        "epilogue",
+        "cuda",
+        _TAIL_PARAMS + _CUDA_PARAMS,
+        te.render_epilogue_cuda,
+        _epilogue_cuda_text,
+        irrelevant=_epilogue_cuda_irrelevant,
+        extras=("spec",),
+    ),
+    Template(
+        "epilogue_cpu",
+        "epilogue",
+        "cpu",
+        _TAIL_PARAMS + _CPU_PARAMS,
+        te.render_epilogue_cpu,
+        _epilogue_cpu_text,
+        irrelevant=_epilogue_cpu_irrelevant,
+        extras=("spec",),
+    ),
+)
+
+
+# ------------------------------------------------------------------------------ first-round seeds
+
+
+def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
+    """A spread of first-round points, the most promising first."""
+    if shape.family not in FAMILIES:
+        return []
+    n = shape.elements
+    epilogue = shape.family == "epilogue"
+    if device == "cuda":
+        name = "epilogue_cuda" if epilogue else "elementwise_cuda"
+        # Small tensors want more, smaller blocks (every SM busy); large ones more bytes in flight per thread.
+        small = n < 4 * 1024 * 1024
+        out: list[tuple[str, Params]] = [
+            (name, {"block": 256, "items": 1 if small else 2, "grid": 0}),
+            (name, {"block": 256, "items": 4, "grid": 2}),
+            (name, {"block": 512, "items": 2, "grid": 0, "fast_math": True}),
+            (name, {"block": 128, "items": 8 if not small else 2, "grid": 0}),
+        ]
+        if epilogue:
+            out.insert(1, (name, {"bias": "tail", "block": 256, "items": 1 if small else 2}))
+            out.append((name, {"inplace": False, "block": 256, "items": 2}))
+        return out
+    if device == "cpu":
+        name = "epilogue_cpu" if epilogue else "elementwise_cpu"
+        tiny = n < 32768  # below the kernel's own OpenMP threshold threads never start anyway
+        out = [
+            (name, {"parallel": True, "vec": 16}),
+            (name, {"parallel": True, "vec": 8}),
+            (name, {"parallel": True, "chunk": 16384}),
+            (name, {"parallel": False}),
+            (name, {"parallel": True, "binding": "ctypes"}),
+        ]
+        if epilogue:
+            out.insert(0, (name, {"bias": "tail", "parallel": True}))
+            out.append((name, {"inplace": False}))
+        return [out[3], *out[:3], *out[4:]] if tiny and not epilogue else out
+    return []
+
+
+# ----------------------------------------------------------------------------------- planner words
+
+
+def _bytes_once(spec: dict[str, Any]) -> int:
+    n = math.prod(spec["out_shape"])
+    read = sum(n if leaf["full"] else math.prod(leaf["shape"]) for leaf in spec["leaves"])
+    return 4 * (read + n)
+
+
+def facts(s: Shape) -> str:
+    spec = load(s.spec) if s.spec else None
+    if spec is None:
+        return f"{s.elements} elements"
+    n = math.prod(spec["out_shape"])
+    ops = te.pointwise_ops(spec)
+    passes = 8 * n * ops
+    if spec["heavy"]:
+        flops = spec.get("flops") or 0
+        heavy = f"{_heavy_name(spec)} ({flops / 1e9:.3g} GFLOP) then " if flops else f"{_heavy_name(spec)} then "
+        return (
+            f"{heavy}≈{ops} pointwise op(s) on its {_mib(4 * n)} result: eager makes ≈{ops} more pass(es) over it "
+            f"({_mib(passes)}), a fused tail one ({_mib(8 * n)})"
+        )
+    return (
+        f"{tuple(spec['out_shape'])}, ≈{ops} pointwise op(s): eager moves ≈{_mib(passes)}, one fused pass "
+        f"{_mib(_bytes_once(spec))}"
+    )
+
+
+def _ops(s: Shape) -> int:
+    return te.pointwise_ops(load(s.spec)) if s.spec else 1
+
+
+BASE: dict[str, Callable[[Params, Shape], str]] = {
+    "elementwise_cuda": lambda p, s: (
+        f"memory-bound: eager launches ≈{_ops(s)} kernels, each reading and writing the whole tensor; one kernel "
+        f"reads each operand once and writes once, so expect up to ≈{_ops(s)}× vs eager and about torch.compile "
+        "(which fuses too) once near the copy bandwidth"
+    ),
+    "elementwise_cpu": lambda p, s: (
+        f"eager runs ≈{_ops(s)} single-op loops over memory, each with its own dispatch and temporary; one OpenMP + "
+        "SIMD C pass with polynomial transcendental functions saves the passes and the allocations: expect "
+        f"≈{min(_ops(s), 4)}× or more vs eager on a multi-op chain"
+    ),
+    "epilogue_cuda": lambda p, s: (
+        "the heavy op stays in the vendor library (the fastest fp32 GEMM/convolution there is); its "
+        f"≈{_ops(s)} pointwise tail op(s) become one pass over its output instead of ≈{_ops(s)}: the gain is the "
+        "tail's share of eager's time"
+    ),
+    "epilogue_cpu": lambda p, s: (
+        f"the heavy op stays in torch's CPU library; the ≈{_ops(s)} tail op(s) become one OpenMP + SIMD pass, in "
+        "place on its output: the gain is the tail's share of eager's time"
+    ),
+}
+
+
+def _more_or_less(old: Any, new: Any, more: str, less: str) -> str:
+    return more if new > old else less
+
+
+def _bias_text(o: Any, n: Any, p: Params, s: Shape) -> str:
+    if n == "tail":
+        return (
+            "the library computes the plain product (no bias broadcast into its output first) and the tail kernel "
+            "adds the bias while the output is in registers anyway"
+        )
+    return "the library adds the bias itself (cuBLASLt / cuDNN fuse it into the heavy op)"
+
+
+CHANGES: dict[tuple[str, str], Callable[[Any, Any, Params, Shape], str]] = {}
+for _name in ("elementwise_cuda", "epilogue_cuda"):
+    CHANGES |= {
+        (_name, "block"): lambda o, n, p, s: (
+            f"{n}-thread blocks: {-(-s.elements // (n * p['items'] * (4 if p['vec4'] else 1)))} blocks for "
+            f"{H200_SMS} SMs; " + _more_or_less(o, n, "fewer, larger blocks", "more blocks, finer load balance")
+        ),
+        (_name, "items"): lambda o, n, p, s: (
+            f"{n} {'float4' if p['vec4'] else 'float'}(s) per thread in flight: "
+            + _more_or_less(o, n, "more bytes in flight to hide DRAM latency", "fewer registers, more threads")
+        ),
+        (_name, "vec4"): lambda o, n, p, s: (
+            "128-bit loads and stores (a quarter of the memory instructions) when every full operand is aligned"
+            if n
+            else "scalar accesses: simpler code, four times the memory instructions"
+        ),
+        (_name, "grid"): lambda o, n, p, s: (
+            "a grid that covers the tensor: no loop, every block does one chunk"
+            if n == 0
+            else f"{n} wave(s) of resident blocks looping over the tensor: no tail wave, block start-up paid once"
+        ),
+        (_name, "fast_math"): lambda o, n, p, s: (
+            "__expf/__logf/__fdividef (ex2/lg2.approx): a few instructions instead of dozens per transcendental, "
+            "~2 ulp, far within 1e-2; matters once the chain is compute-heavy"
+            if n
+            else "full-precision expf/logf/tanhf and IEEE division"
+        ),
+    }
+for _name in ("elementwise_cpu", "epilogue_cpu"):
+    CHANGES |= {
+        (_name, "parallel"): lambda o, n, p, s: (
+            f"{s.elements} elements over the cores (single-threaded below 32768 anyway)"
+            if n
+            else "one thread: no OpenMP fork/join (~2-5 µs), only a win on tiny tensors"
+        ),
+        (_name, "binding"): lambda o, n, p, s: (
+            "a METH_FASTCALL extension call costs ~1.3 µs instead of ~8 µs for ctypes with cold caches"
+            if n == "cext"
+            else "ctypes marshals through libffi, ~7 µs more per call: a fallback, rarely faster"
+        ),
+        (_name, "vec"): lambda o, n, p, s: _more_or_less(
+            o,
+            n,
+            "16-wide (AVX-512) vectors halve the instructions per element",
+            "8-wide (AVX2) vectors avoid AVX-512 clock limits",
+        ),
+        (_name, "chunk"): lambda o, n, p, s: (
+            "one contiguous range per thread: no scheduling at all"
+            if n == 0
+            else f"tasks of {n} elements ({_mib(4 * n)}): {-(-s.elements // n)} tasks, finer balance"
+        ),
+    }
+for _name in ("epilogue_cuda", "epilogue_cpu"):
+    CHANGES |= {
+        (_name, "bias"): _bias_text,
+        (_name, "inplace"): lambda o, n, p, s: (
+            "the tail overwrites the heavy op's output: no second buffer, the same lines read and written"
+            if n
+            else "a separate output buffer: no aliasing (restrict holds), one more allocation"
+        ),
+    }
