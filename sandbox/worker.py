@@ -262,7 +262,7 @@ class CandidateRun:
 
         with candidate_code(what), torch.no_grad(), self.watch.audit.on():
             out, found = runtime_checks.watch_call(
-                recorded, inputs, self.device, self.ref.timer.synchronize, self.watch.threads
+                recorded, inputs, self.device, self.ref.timer.synchronize, self.watch.threads, self.watch.children
             )
         self.ops.ops.update(recorder.ops)
         self.ops.low_dtypes.update(recorder.low_dtypes)
@@ -384,6 +384,8 @@ class Watch:
         self.snapshot = HarnessSnapshot(device)
         self.audit = AuditWatch(candidate_file)
         self.threads = set(threading.enumerate())
+        # torch.compile's reference starts a pool of compile workers on a many-core host: the harness's own.
+        self.children = frozenset(runtime_checks.child_processes())
         self.stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
         self.l2 = runtime_checks.l2_state(self.stream) if self.stream is not None else None
 

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import threading
 from pathlib import Path
 
 import pytest
+import torch
 
 from agents.critic import Critic
 from sandbox.local import LocalSandbox
 from sandbox.protocol import JobResult, TimingConfig, TimingReport, TimingStats
 from tests.conftest import FIXTURES, PROBLEMS
+from tools import runtime_checks
 from tools.evaluation import Evaluation, evaluate, review_flags
 from tools.problem import load_problem
 
@@ -143,3 +147,30 @@ def test_a_speedup_over_ten_is_flagged_for_review() -> None:
     assert review_flags(evaluation(1.0))[0].startswith("12.0× over the best reference is more than 10×")
     verdict, reason = Critic().judge({"id": "c1-0", "status": "ok", "reason": "", "speedup_vs_best": 12.0}, None)  # type: ignore[arg-type]
     assert verdict == "accepted" and reason.endswith("over 10×: flagged for review")
+
+
+def test_only_children_started_by_the_candidate_are_flagged() -> None:
+    # torch.compile starts its compile workers before the candidate is imported: they are the harness's.
+    x = [torch.ones(4)]
+    harness = subprocess.Popen(["sleep", "30"])
+    spawned: list[subprocess.Popen[bytes]] = []
+    try:
+        kids = frozenset(runtime_checks.child_processes())
+        assert harness.pid in kids
+        _, found = runtime_checks.watch_call(
+            lambda t: t * 2, x, torch.device("cpu"), lambda: None, set(threading.enumerate()), kids
+        )
+        assert found == []
+
+        def forks(t: torch.Tensor) -> torch.Tensor:
+            spawned.append(subprocess.Popen(["sleep", "30"]))
+            return t * 2
+
+        _, found = runtime_checks.watch_call(
+            forks, x, torch.device("cpu"), lambda: None, set(threading.enumerate()), kids
+        )
+        assert [f.trick for f in found] == ["thread"] and str(spawned[0].pid) in found[0].detail, found
+    finally:
+        for proc in [harness, *spawned]:
+            proc.kill()
+            proc.wait()

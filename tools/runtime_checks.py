@@ -381,11 +381,13 @@ def watch_call(
     device: torch.device,
     synchronize: Callable[[], None],
     harness_threads: set[threading.Thread],
+    harness_children: frozenset[int] = frozenset(),
 ) -> tuple[Any, list[RuntimeFinding]]:
     """Call ``fn`` and look for work that outlives the call: late writes, threads, children.
 
-    ``harness_threads`` are the threads alive before the candidate was imported: any other thread
-    still alive after the call is the candidate's.
+    ``harness_threads`` and ``harness_children`` are the threads and child processes alive before the
+    candidate was imported (torch.compile's compile workers, say): any other one still alive after the
+    call is the candidate's.
     """
     stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
     out = fn(*args)
@@ -420,7 +422,7 @@ def watch_call(
         )
     if stream is not None and torch.cuda.current_stream(device) != stream:
         found.append(finding(SIDE_STREAM, "the call changed the current CUDA stream and left it changed"))
-    if kids := child_processes():
+    if kids := [pid for pid in child_processes() if pid not in harness_children]:
         found.append(finding(THREAD, f"child process(es) {kids[:3]} still running after the call"))
     return out, found
 
