@@ -64,14 +64,17 @@ class RunPaths:
 def _git_commit() -> str | None:
     """The checkout's commit, with "-dirty" when its files differ from it (then it names no exact tree).
 
-    A copy of a checkout without its .git (shipped to a GPU machine, say) is named by $KFORGE_COMMIT, if set.
+    $KFORGE_COMMIT, when set, names the tree instead: a copy shipped to a GPU machine may carry no .git, or
+    another commit's .git with this tree's changes on top.
     """
+    if named := os.environ.get("KFORGE_COMMIT"):
+        return named
     proc = subprocess.run(
         ["git", "-C", str(PROJECT_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
     )
     commit = proc.stdout.strip()
     if not commit:
-        return os.environ.get("KFORGE_COMMIT") or None
+        return None
     status = subprocess.run(
         ["git", "-C", str(PROJECT_ROOT), "status", "--porcelain", "--untracked-files=no"],
         capture_output=True,

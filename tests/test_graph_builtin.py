@@ -68,10 +68,10 @@ def test_builtin_team_finds_a_verified_speedup_on_the_cpu_softmax(tmp_path: Path
 
 
 def test_unknown_problem_returns_the_reference(tmp_path: Path) -> None:
-    problem = tmp_path / "gelu.py"
+    problem = tmp_path / "sort.py"
     problem.write_text(
         "import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
-        "        return torch.nn.functional.gelu(x)\n\n\ndef get_inputs():\n    return [torch.randn(64, 64)]\n\n\n"
+        "        return torch.sort(x, dim=-1).values\n\n\ndef get_inputs():\n    return [torch.randn(64, 64)]\n\n\n"
         "def get_init_inputs():\n    return []\n"
     )
     config = RunConfig(problem=str(problem), device="cpu", timing=QUICK, compile_reference=False)
