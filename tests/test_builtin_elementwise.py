@@ -19,7 +19,9 @@ import torch
 from agents import builtin
 from agents.builtin import pointwise
 from agents.builtin.catalog import TEMPLATES, seeds
-from agents.builtin.templates_elementwise import COMMON, CPU_MATH, expression_text, tail_bias
+from agents.builtin.templates_elementwise_epilogue import tail_bias
+from agents.builtin.templates_elementwise_expression import expression_text
+from agents.builtin.templates_elementwise_math import COMMON, CPU_MATH
 from sandbox.local import LocalSandbox
 from tests.conftest import PROBLEMS
 from tools.compile import build_c, check_candidate_cuda, load_c

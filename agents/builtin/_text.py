@@ -58,3 +58,17 @@ def c_bool(flag: bool) -> str:
 def wrap(text: str, prefix: str = "", width: int = 100) -> str:
     """``text`` wrapped to ``width`` columns, every line starting with ``prefix``."""
     return "\n".join(prefix + line for line in textwrap.wrap(text, width - len(prefix), break_on_hyphens=False))
+
+
+_PARAM_LINE = re.compile(r"^#param ([A-Z][A-Z0-9_]*)(.*)$", re.MULTILINE)
+
+
+def c_params(source: str) -> str:
+    """``source`` with every ``#param NAME  // why`` line written out as the default a ``-DNAME=...`` build can
+    override: ``#ifndef NAME`` / ``#define NAME @NAME@  // why`` / ``#endif`` (the spacing kept as written)."""
+    return _PARAM_LINE.sub(lambda m: f"#ifndef {m[1]}\n#define {m[1]} @{m[1]}@{m[2]}\n#endif", source)
+
+
+def params_text(params: dict[str, Any], hidden: tuple[str, ...] = ()) -> str:
+    """A candidate docstring's ``Parameters:`` list: every searched value but the ``hidden`` problem facts."""
+    return wrap(", ".join(f"{k}={v!r}" for k, v in sorted(params.items()) if k not in hidden))

@@ -3,7 +3,8 @@ templates, descriptions, first-round seeds and the planner's reasons (``BASE`` /
 merged into ``agents.builtin.words``).
 
 Imported at the end of ``agents.builtin.catalog`` (it builds on ``Param`` and ``Template`` from there); the
-expression comes from ``agents.builtin.pointwise`` and the kernels from ``agents.builtin.templates_elementwise``.
+expression comes from ``agents.builtin.pointwise`` and the kernels from ``templates_elementwise_cuda`` and
+``templates_elementwise_cpu``.
 Every template takes the problem's ``spec`` as an extra (unsearched) parameter; rendering without it fails.
 """
 
@@ -13,10 +14,12 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from agents.builtin import templates_elementwise as te
 from agents.builtin.catalog import Param, Params, Template
 from agents.builtin.pointwise import load
 from agents.builtin.recognise import Shape
+from agents.builtin.templates_elementwise_cpu import render_elementwise_cpu, render_epilogue_cpu
+from agents.builtin.templates_elementwise_cuda import render_elementwise_cuda, render_epilogue_cuda
+from agents.builtin.templates_elementwise_expression import expression_text, pointwise_ops, transcendental
 
 H200_SMS = 132
 FAMILIES = ("elementwise", "epilogue")
@@ -46,7 +49,7 @@ def _has_bias(p: Params) -> bool | None:
 
 def _has_math(p: Params) -> bool | None:
     spec = _spec(p)
-    return te.transcendental(spec) if spec else None
+    return transcendental(spec) if spec else None
 
 
 # ------------------------------------------------------------------------------------ descriptions
@@ -54,7 +57,7 @@ def _has_math(p: Params) -> bool | None:
 
 def _expr(p: Params, limit: int = 90) -> str:
     spec = _spec(p)
-    return te.expression_text(spec, limit) if spec else "the problem's pointwise chain"
+    return expression_text(spec, limit) if spec else "the problem's pointwise chain"
 
 
 def _cuda_text(p: Params) -> str:
@@ -155,7 +158,7 @@ TEMPLATES: tuple[Template, ...] = (
         "elementwise",
         "cuda",
         _CUDA_PARAMS,
-        te.render_elementwise_cuda,
+        render_elementwise_cuda,
         _elementwise_cuda_text,
         irrelevant=_cuda_irrelevant,
         extras=("spec",),
@@ -165,7 +168,7 @@ TEMPLATES: tuple[Template, ...] = (
         "elementwise",
         "cpu",
         _CPU_PARAMS,
-        te.render_elementwise_cpu,
+        render_elementwise_cpu,
         _elementwise_cpu_text,
         irrelevant=_cpu_irrelevant,
         extras=("spec",),
@@ -175,7 +178,7 @@ TEMPLATES: tuple[Template, ...] = (
         "epilogue",
         "cuda",
         _TAIL_PARAMS + _CUDA_PARAMS,
-        te.render_epilogue_cuda,
+        render_epilogue_cuda,
         _epilogue_cuda_text,
         irrelevant=_epilogue_cuda_irrelevant,
         extras=("spec",),
@@ -185,7 +188,7 @@ TEMPLATES: tuple[Template, ...] = (
         "epilogue",
         "cpu",
         _TAIL_PARAMS + _CPU_PARAMS,
-        te.render_epilogue_cpu,
+        render_epilogue_cpu,
         _epilogue_cpu_text,
         irrelevant=_epilogue_cpu_irrelevant,
         extras=("spec",),
@@ -247,7 +250,7 @@ def facts(s: Shape) -> str:
     if spec is None:
         return f"{s.elements} elements"
     n = math.prod(spec["out_shape"])
-    ops = te.pointwise_ops(spec)
+    ops = pointwise_ops(spec)
     passes = 8 * n * ops
     if spec["heavy"]:
         flops = spec.get("flops") or 0
@@ -263,7 +266,7 @@ def facts(s: Shape) -> str:
 
 
 def _ops(s: Shape) -> int:
-    return te.pointwise_ops(load(s.spec)) if s.spec else 1
+    return pointwise_ops(load(s.spec)) if s.spec else 1
 
 
 BASE: dict[str, Callable[[Params, Shape], str]] = {

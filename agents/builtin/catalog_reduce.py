@@ -2,7 +2,8 @@
 and the planner's reasons (``BASE`` / ``CHANGES``, merged into ``agents.builtin.words``).
 
 Imported at the end of ``agents.builtin.catalog`` (it builds on ``Param`` and ``Template`` from there); the
-kernels are in ``agents.builtin.templates_reduce``.
+kernels are in ``templates_reduce_cuda``, ``templates_reduce_cpu``, ``templates_rmsnorm_cuda`` and
+``templates_rmsnorm_cpu`` (their shared Python parts in ``templates_reduce_python``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,12 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from agents.builtin import templates_reduce
+from agents.builtin import (
+    templates_reduce_cpu,
+    templates_reduce_cuda,
+    templates_rmsnorm_cpu,
+    templates_rmsnorm_cuda,
+)
 from agents.builtin.catalog import Param, Params, Template
 from agents.builtin.recognise import Shape
 
@@ -154,7 +160,7 @@ TEMPLATES: tuple[Template, ...] = (
             Param("unroll", (1, 2, 4), 2),
             Param("split", (1, 2, 4, 8, 16, 32, 64, 128), 1, structural=True),
         ),
-        templates_reduce.render_reduce_rows,
+        templates_reduce_cuda.render_reduce_rows,
         _reduce_rows_text,
         valid=_reduce_rows_valid,
         irrelevant=lambda p: ("unroll",) if not p["vec4"] else (),
@@ -171,7 +177,7 @@ TEMPLATES: tuple[Template, ...] = (
             Param("vec4", (True, False), True),
             Param("split", (1, 2, 4, 8, 16, 32, 64), 1, structural=True),
         ),
-        templates_reduce.render_reduce_inner,
+        templates_reduce_cuda.render_reduce_inner,
         _reduce_inner_text,
         valid=_reduce_inner_valid,
         extras=_REDUCE,
@@ -189,7 +195,7 @@ TEMPLATES: tuple[Template, ...] = (
             Param("chunk", (1024, 4096, 16384, 65536), 16384),
             Param("cols_block", (256, 1024, 4096), 1024),
         ),
-        templates_reduce.render_reduce_cpu,
+        templates_reduce_cpu.render_reduce_cpu,
         _reduce_cpu_text,
         irrelevant=_reduce_cpu_irrelevant,
         extras=_REDUCE,
@@ -206,7 +212,7 @@ TEMPLATES: tuple[Template, ...] = (
             Param("items", (0, 2, 4, 8, 16), 0, structural=True),
             Param("split", (1, 2, 4, 8, 16, 32, 64), 1, structural=True),
         ),
-        templates_reduce.render_rms_rows,
+        templates_rmsnorm_cuda.render_rms_rows,
         _rms_rows_text,
         valid=_rms_rows_valid,
         extras=_RMS,
@@ -222,7 +228,7 @@ TEMPLATES: tuple[Template, ...] = (
             Param("vec4", (True, False), True),
             Param("items", (0, 4, 8, 16, 32), 16, structural=True),
         ),
-        templates_reduce.render_rms_inner,
+        templates_rmsnorm_cuda.render_rms_inner,
         _rms_inner_text,
         valid=_rms_inner_valid,
         extras=_RMS,
@@ -239,7 +245,7 @@ TEMPLATES: tuple[Template, ...] = (
             Param("unroll", (1, 2, 4), 2),
             Param("cols_block", (256, 1024, 4096), 1024),
         ),
-        templates_reduce.render_rms_cpu,
+        templates_rmsnorm_cpu.render_rms_cpu,
         _rms_cpu_text,
         irrelevant=_rms_cpu_irrelevant,
         extras=_RMS,

@@ -4,7 +4,7 @@ The reference runs once on meta tensors under a dispatch mode that records every
 arguments (bound to the op's schema, so defaults are explicit). From that trace an expression DAG is built
 over *leaves* (the forward's tensor inputs, the model's parameters and persistent buffers, and the heavy
 op's output) and constants; it is serialised as a JSON spec (``Shape.spec``) that the templates in
-``templates_elementwise`` compile into one fused kernel.
+``templates_elementwise_cuda`` / ``_cpu`` compile into one fused kernel.
 
 Families:
 

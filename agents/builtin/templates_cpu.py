@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.builtin._text import LAYERNORM_MODULE, c_bool, fill, wrap
+from agents.builtin._text import LAYERNORM_MODULE, c_bool, c_params, fill, params_text, wrap
 
 C_FLAGS = '("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast", "-fopenmp")'
 
@@ -188,31 +188,19 @@ static inline float sexp(float x)
 
 # ----------------------------------------------------------------------------------------- softmax
 
-SOFTMAX_C = r"""
+SOFTMAX_C = c_params(r"""
 /* Row softmax over the last dim.
 @SUMMARY_C@ */
-#ifndef VW
-#define VW @VW@            /* floats per vector */
-#endif
-#ifndef UNROLL
-#define UNROLL @UNROLL@        /* independent vector accumulators */
-#endif
-#ifndef PARALLEL
-#define PARALLEL @PARALLEL@      /* OpenMP over rows */
-#endif
-#ifndef RPT
-#define RPT @RPT@           /* rows per OpenMP task (0: one contiguous range per thread) */
-#endif
+#param VW            /* floats per vector */
+#param UNROLL        /* independent vector accumulators */
+#param PARALLEL      /* OpenMP over rows */
+#param RPT           /* rows per OpenMP task (0: one contiguous range per thread) */
 #ifndef ALGO
 #define ALGO @ALGO@          /* 0: max, exp+sum, scale; 1: online max/sum by blocks, exp stored, rescale;
                               2: online max/sum without storing, then y = exp(x - max) / sum written once */
 #endif
-#ifndef STREAM
-#define STREAM @STREAM@        /* ALGO 2: non-temporal stores for y (no read-for-ownership of y's lines) */
-#endif
-#ifndef PREFETCH
-#define PREFETCH @PREFETCH@      /* prefetch the row this many rows ahead during the exp pass (0: off) */
-#endif
+#param STREAM        /* ALGO 2: non-temporal stores for y (no read-for-ownership of y's lines) */
+#param PREFETCH      /* prefetch the row this many rows ahead during the exp pass (0: off) */
 #ifndef LOG
 #define LOG @LOG@           /* 1: log-softmax, y = (x - max) - log(sum); ALGO 0: max pass, sum pass, write pass;
                               ALGO 1 and 2: online max/sum by blocks, then the write pass (no exp stored) */
@@ -435,7 +423,7 @@ void softmax_rows(const float* restrict x, float* restrict y, int64_t rows, int6
         softmax_row(x + r * cols, y + r * cols, cols, ahead ? x + next * cols : 0, ahead ? y + next * cols : 0);
     }
 }
-"""
+""")
 
 SOFTMAX_PY = r'''"""Builtin candidate `softmax_cpu` (agents.builtin).
 
@@ -500,7 +488,7 @@ def render_softmax(params: dict[str, Any], summary: str) -> str:
         WHAT=what,
         WHAT_TITLE=what.capitalize(),
         SUMMARY_DOC=wrap(summary),
-        PARAMS=_params_text(params),
+        PARAMS=params_text(params),
         C_SRC=c_src,
         IMPORTS=imports_block(params["binding"]),
         BINDING=binding,
@@ -509,27 +497,15 @@ def render_softmax(params: dict[str, Any], summary: str) -> str:
 
 # --------------------------------------------------------------------------------------- layernorm
 
-LAYERNORM_C = r"""
+LAYERNORM_C = c_params(r"""
 /* LayerNorm over the trailing cols elements of each row.
 @SUMMARY_C@ */
-#ifndef VW
-#define VW @VW@            /* floats per vector */
-#endif
-#ifndef UNROLL
-#define UNROLL @UNROLL@        /* independent vector accumulators */
-#endif
-#ifndef PARALLEL
-#define PARALLEL @PARALLEL@      /* OpenMP at all */
-#endif
-#ifndef SPLIT
-#define SPLIT @SPLIT@         /* 1: OpenMP over (row, chunk) tasks, statistics merged per row; 0: over rows */
-#endif
-#ifndef CHUNK
-#define CHUNK @CHUNK@      /* elements per task when SPLIT */
-#endif
-#ifndef WELFORD
-#define WELFORD @WELFORD@       /* 1: one pass, block statistics merged (Chan); 0: mean pass, then variance pass */
-#endif
+#param VW            /* floats per vector */
+#param UNROLL        /* independent vector accumulators */
+#param PARALLEL      /* OpenMP at all */
+#param SPLIT         /* 1: OpenMP over (row, chunk) tasks, statistics merged per row; 0: over rows */
+#param CHUNK      /* elements per task when SPLIT */
+#param WELFORD       /* 1: one pass, block statistics merged (Chan); 0: mean pass, then variance pass */
 @PRELUDE@
 /* Partial sums are taken in float vectors over sub-blocks of SB elements and folded into doubles. */
 #define SB (STEP * 16)
@@ -693,7 +669,7 @@ void layernorm(const float* restrict x, const float* restrict w, const float* re
     }
 #endif
 }
-"""
+""")
 
 LAYERNORM_PY = r'''"""Builtin candidate `layernorm_cpu` (agents.builtin).
 
@@ -751,7 +727,7 @@ def render_layernorm(params: dict[str, Any], summary: str) -> str:
         LAYERNORM_PY,
         LAYERNORM_MODULE=LAYERNORM_MODULE,
         SUMMARY_DOC=wrap(summary),
-        PARAMS=_params_text(params),
+        PARAMS=params_text(params),
         C_SRC=c_src,
         IMPORTS=imports_block(params["binding"], ("math",)),
         BINDING=binding_block("layernorm_cpu", {"layernorm": ("ppppiif", "")}, params["binding"]),
@@ -761,32 +737,18 @@ def render_layernorm(params: dict[str, Any], summary: str) -> str:
 
 # ------------------------------------------------------------------------------------------ matmul
 
-MATMUL_C = r"""
+MATMUL_C = c_params(r"""
 /* C = A @ B (fp32, fp32 accumulation), batched over a leading dim.
 @SUMMARY_C@
    BLIS-style: B packed in KC x NC blocks of NR-wide column panels (shared by the threads), A packed
    per thread in MR-row panels, an MR x NR register micro-kernel; partial tiles are zero-padded. */
-#ifndef VW
-#define VW @VW@            /* floats per vector */
-#endif
-#ifndef MR
-#define MR @MR@            /* rows of the micro-tile */
-#endif
-#ifndef NV
-#define NV @NV@            /* vectors per row of the micro-tile: NR = NV * VW columns */
-#endif
-#ifndef KC
-#define KC @KC@           /* depth of a packed block */
-#endif
-#ifndef MC
-#define MC @MC@           /* rows of A per thread task (at most) */
-#endif
-#ifndef NC
-#define NC @NC@          /* columns of a packed B block */
-#endif
-#ifndef THREADED
-#define THREADED @THREADED@      /* use every OpenMP thread (0: one thread) */
-#endif
+#param VW            /* floats per vector */
+#param MR            /* rows of the micro-tile */
+#param NV            /* vectors per row of the micro-tile: NR = NV * VW columns */
+#param KC           /* depth of a packed block */
+#param MC           /* rows of A per thread task (at most) */
+#param NC          /* columns of a packed B block */
+#param THREADED      /* use every OpenMP thread (0: one thread) */
 #define UNROLL 1
 @PRELUDE@
 #define NR (NV * VW)
@@ -901,7 +863,7 @@ void matmul(const float* restrict A, const float* restrict B, float* restrict C,
         }
     }
 }
-"""
+""")
 
 MATMUL_PY = r'''"""Builtin candidate `matmul_cpu` (agents.builtin).
 
@@ -972,15 +934,11 @@ def render_matmul(params: dict[str, Any], summary: str) -> str:
     return fill(
         MATMUL_PY,
         SUMMARY_DOC=wrap(summary),
-        PARAMS=_params_text(params),
+        PARAMS=params_text(params),
         C_SRC=c_src,
         IMPORTS=imports_block(params["binding"]),
         BINDING=binding_block("matmul_cpu", signatures, params["binding"]),
     )
-
-
-def _params_text(params: dict[str, Any]) -> str:
-    return wrap(", ".join(f"{k}={v!r}" for k, v in sorted(params.items())))
 
 
 RENDERERS = {

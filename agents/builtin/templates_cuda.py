@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.builtin._text import LAYERNORM_MODULE, c_bool, fill, wrap
+from agents.builtin._text import LAYERNORM_MODULE, c_bool, c_params, fill, params_text, wrap
+from agents.builtin.candidate_python import MATMUL_OPERANDS_PY, SOFTMAX_ROWS_PY
 
 # ----------------------------------------------------------------------------------------- softmax
 
@@ -82,24 +83,14 @@ __device__ __forceinline__ void row_write(const float* xr, float* yr, long long 
 }
 """
 
-SOFTMAX_BLOCK_CU = r"""
+SOFTMAX_BLOCK_CU = c_params(r"""
 // Row softmax, one block per row.
 @SUMMARY_C@
-#ifndef BLOCK
-#define BLOCK @BLOCK@      // threads per block (a multiple of 32, at most 1024)
-#endif
-#ifndef VEC
-#define VEC @VEC@          // float4 loads and stores when the row is 16-byte aligned
-#endif
-#ifndef FAST_EXP
-#define FAST_EXP @FAST_EXP@     // __expf (ex2.approx, ~2 ulp near 0) instead of expf
-#endif
-#ifndef ITEMS
-#define ITEMS @ITEMS@        // row elements per thread kept in registers when the row fits (0: stream it twice)
-#endif
-#ifndef LOG
-#define LOG @LOG@          // 1: log-softmax, (x - max) - log(sum)
-#endif
+#param BLOCK      // threads per block (a multiple of 32, at most 1024)
+#param VEC          // float4 loads and stores when the row is 16-byte aligned
+#param FAST_EXP     // __expf (ex2.approx, ~2 ulp near 0) instead of expf
+#param ITEMS        // row elements per thread kept in registers when the row fits (0: stream it twice)
+#param LOG          // 1: log-softmax, (x - max) - log(sum)
 #define WARPS (BLOCK / 32)
 @COMMON@
 // Block-wide merge of every thread's (m, s); afterwards every thread holds the row's pair.
@@ -155,26 +146,16 @@ softmax_rows(const float* __restrict__ x, float* __restrict__ out, long long col
     block_merge(m, s);
     row_write(xr, yr, cols, threadIdx.x, BLOCK, m, ROW_FACTOR(s));
 }
-"""
+""")
 
-SOFTMAX_WARP_CU = r"""
+SOFTMAX_WARP_CU = c_params(r"""
 // Row softmax, one warp per row.
 @SUMMARY_C@
-#ifndef ROWS_PER_BLOCK
-#define ROWS_PER_BLOCK @ROWS_PER_BLOCK@  // warps (= rows) per block
-#endif
-#ifndef VEC
-#define VEC @VEC@          // float4 loads and stores when the row is 16-byte aligned
-#endif
-#ifndef FAST_EXP
-#define FAST_EXP @FAST_EXP@     // __expf (ex2.approx, ~2 ulp near 0) instead of expf
-#endif
-#ifndef ITEMS
-#define ITEMS @ITEMS@        // row elements per lane kept in registers when the row fits (0: stream it twice)
-#endif
-#ifndef LOG
-#define LOG @LOG@          // 1: log-softmax, (x - max) - log(sum)
-#endif
+#param ROWS_PER_BLOCK  // warps (= rows) per block
+#param VEC          // float4 loads and stores when the row is 16-byte aligned
+#param FAST_EXP     // __expf (ex2.approx, ~2 ulp near 0) instead of expf
+#param ITEMS        // row elements per lane kept in registers when the row fits (0: stream it twice)
+#param LOG          // 1: log-softmax, (x - max) - log(sum)
 @COMMON@
 extern "C" __global__ void __launch_bounds__(ROWS_PER_BLOCK * 32)
 softmax_rows(const float* __restrict__ x, float* __restrict__ out, long long rows, long long cols)
@@ -214,9 +195,10 @@ softmax_rows(const float* __restrict__ x, float* __restrict__ out, long long row
     warp_merge(m, s);
     row_write(xr, yr, cols, lane, 32, m, ROW_FACTOR(s));
 }
-"""
+""")
 
-SOFTMAX_PY = r'''"""Builtin candidate `@TEMPLATE@` (agents.builtin).
+SOFTMAX_PY = (
+    r'''"""Builtin candidate `@TEMPLATE@` (agents.builtin).
 
 @SUMMARY_DOC@
 
@@ -236,28 +218,17 @@ _THREADS = @THREADS@
 _ROWS_PER_BLOCK = @ROWS_PER_BLOCK@
 
 
-class ModelNew(nn.Module):
-    """@WHAT@(x, dim=-1); no constructor arguments, like the problem's Model."""
-
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not x.is_cuda or x.dtype != torch.float32:
-            raise TypeError(f"x must be a float32 CUDA tensor, got {x.dtype} on {x.device}")
-        x = x.contiguous()
-        out = torch.empty_like(x)
-        cols = x.shape[-1] if x.dim() > 0 else 1
-        rows = x.numel() // cols if cols else 0
-        if rows == 0:
-            return out
+'''
+    + SOFTMAX_ROWS_PY
+    + r"""
         blocks = (rows + _ROWS_PER_BLOCK - 1) // _ROWS_PER_BLOCK
         stream = cupy.cuda.Stream.from_external(torch.cuda.current_stream(x.device))
         with cupy.cuda.Device(x.device.index), stream:
             kernel = _MODULE.get_function("softmax_rows")
             @LAUNCH@
         return out
-'''
+"""
+)
 
 
 def _softmax_what(params: dict[str, Any]) -> str:
@@ -282,7 +253,7 @@ def render_softmax_block(params: dict[str, Any], summary: str) -> str:
         WHAT=_softmax_what(params),
         WHAT_TITLE=_softmax_what(params).capitalize(),
         SUMMARY_DOC=wrap(summary),
-        PARAMS=_params_text(params),
+        PARAMS=params_text(params),
         CUDA_SRC=cu,
         THREADS=params["block"],
         ROWS_PER_BLOCK=1,
@@ -308,7 +279,7 @@ def render_softmax_warp(params: dict[str, Any], summary: str) -> str:
         WHAT=_softmax_what(params),
         WHAT_TITLE=_softmax_what(params).capitalize(),
         SUMMARY_DOC=wrap(summary),
-        PARAMS=_params_text(params),
+        PARAMS=params_text(params),
         CUDA_SRC=cu,
         THREADS=32 * params["rows_per_block"],
         ROWS_PER_BLOCK=params["rows_per_block"],
@@ -427,18 +398,12 @@ __device__ __forceinline__ void normalise_span(const float* xr, const float* wei
 }
 """
 
-LAYERNORM_BLOCK_CU = r"""
+LAYERNORM_BLOCK_CU = c_params(r"""
 // LayerNorm, one block per row.
 @SUMMARY_C@
-#ifndef BLOCK
-#define BLOCK @BLOCK@      // threads per block (a multiple of 32, at most 1024)
-#endif
-#ifndef VEC
-#define VEC @VEC@          // float4 loads and stores when every pointer is 16-byte aligned
-#endif
-#ifndef WELFORD
-#define WELFORD @WELFORD@      // 1: Welford in one read; 0: mean pass, then a pass for the squared deviations
-#endif
+#param BLOCK      // threads per block (a multiple of 32, at most 1024)
+#param VEC          // float4 loads and stores when every pointer is 16-byte aligned
+#param WELFORD      // 1: Welford in one read; 0: mean pass, then a pass for the squared deviations
 @COMMON@
 extern "C" __global__ void __launch_bounds__(BLOCK)
 layernorm_rows(const float* __restrict__ x, const float* __restrict__ weight, const float* __restrict__ bias,
@@ -472,22 +437,16 @@ layernorm_rows(const float* __restrict__ x, const float* __restrict__ weight, co
 #endif
     normalise_span(xr, weight, bias, yr, 0, cols, mean, rstd, vec);
 }
-"""
+""")
 
-LAYERNORM_SPLIT_CU = r"""
+LAYERNORM_SPLIT_CU = c_params(r"""
 // LayerNorm, several blocks per row.
 @SUMMARY_C@
 // Kernel 1: block (row, j) computes Welford statistics of chunk j of its row into `part`.
 // Kernel 2: block (row, j) merges its row's SPLIT partials, then normalises chunk j.
-#ifndef BLOCK
-#define BLOCK @BLOCK@      // threads per block (a multiple of 32, at most 1024)
-#endif
-#ifndef VEC
-#define VEC @VEC@          // float4 loads and stores when every pointer is 16-byte aligned
-#endif
-#ifndef SPLIT
-#define SPLIT @SPLIT@        // blocks per row
-#endif
+#param BLOCK      // threads per block (a multiple of 32, at most 1024)
+#param VEC          // float4 loads and stores when every pointer is 16-byte aligned
+#param SPLIT        // blocks per row
 @COMMON@
 // Chunks are multiples of 4 elements so that float4 accesses inside a chunk stay aligned.
 __device__ __forceinline__ long long chunk_len(long long cols) { return ((cols + SPLIT - 1) / SPLIT + 3) / 4 * 4; }
@@ -540,7 +499,7 @@ layernorm_apply(const float* __restrict__ x, const float* __restrict__ weight, c
     const bool vec = VEC && aligned16(xr) && aligned16(yr) && aligned16(weight) && aligned16(bias);
     normalise_span(xr, weight, bias, yr, lo, hi, stats[0], stats[1], vec);
 }
-"""
+""")
 
 LAYERNORM_PY = r'''"""Builtin candidate `@TEMPLATE@` (agents.builtin).
 
@@ -614,7 +573,7 @@ def render_layernorm_block(params: dict[str, Any], summary: str) -> str:
         LAYERNORM_MODULE=LAYERNORM_MODULE,
         TEMPLATE="layernorm_cuda_block",
         SUMMARY_DOC=wrap(summary),
-        PARAMS=_params_text(params),
+        PARAMS=params_text(params),
         CUDA_SRC=cu,
         THREADS=params["block"],
         SPLIT=1,
@@ -637,7 +596,7 @@ def render_layernorm_split(params: dict[str, Any], summary: str) -> str:
         LAYERNORM_MODULE=LAYERNORM_MODULE,
         TEMPLATE="layernorm_cuda_split",
         SUMMARY_DOC=wrap(summary),
-        PARAMS=_params_text(params),
+        PARAMS=params_text(params),
         CUDA_SRC=cu,
         THREADS=params["block"],
         SPLIT=params["split"],
@@ -648,27 +607,17 @@ def render_layernorm_split(params: dict[str, Any], summary: str) -> str:
 
 # ------------------------------------------------------------------------------------------ matmul
 
-MATMUL_CU = r"""
+MATMUL_CU = c_params(r"""
 // fp32 C = A @ B, shared-memory tiled SIMT (no tensor cores, fp32 accumulate).
 @SUMMARY_C@
 // A block computes a BM x BN tile of C walking K in steps of BK; each thread keeps a TM x TN micro-tile
 // in registers. Partial tiles are zero-padded in shared memory; out-of-range outputs are not stored.
 // Batched over blockIdx.z (grid-stride), for bmm.
-#ifndef BM
-#define BM @BM@          // rows of C per block
-#endif
-#ifndef BN
-#define BN @BN@          // columns of C per block
-#endif
-#ifndef BK
-#define BK @BK@          // depth of one K step
-#endif
-#ifndef TM
-#define TM @TM@           // rows of C per thread (a multiple of 4)
-#endif
-#ifndef TN
-#define TN @TN@           // columns of C per thread (a multiple of 4)
-#endif
+#param BM          // rows of C per block
+#param BN          // columns of C per block
+#param BK          // depth of one K step
+#param TM           // rows of C per thread (a multiple of 4)
+#param TN           // columns of C per thread (a multiple of 4)
 #define THREADS ((BM / TM) * (BN / TN))
 
 static_assert(TM % 4 == 0 && TN % 4 == 0, "micro-tiles are read as float4");
@@ -759,9 +708,10 @@ matmul_tiled(const float* __restrict__ A, const float* __restrict__ B, float* __
         }
     }
 }
-"""
+""")
 
-MATMUL_PY = r'''"""Builtin candidate `matmul_cuda_tiled` (agents.builtin).
+MATMUL_PY = (
+    r'''"""Builtin candidate `matmul_cuda_tiled` (agents.builtin).
 
 @SUMMARY_DOC@
 
@@ -781,29 +731,9 @@ _BM, _BN, _THREADS = @BM@, @BN@, @THREADS@
 _INT_MAX = 2**31 - 1
 
 
-def _as_cuda_f32(t: torch.Tensor, name: str) -> torch.Tensor:
-    if not t.is_cuda or t.dtype != torch.float32:
-        raise TypeError(f"{name} must be a float32 CUDA tensor, got {t.dtype} on {t.device}")
-    return t.contiguous()
-
-
-class ModelNew(nn.Module):
-    """C = A @ B (same constructor as the problem's Model: no arguments)."""
-
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
-        A, B = _as_cuda_f32(A, "A"), _as_cuda_f32(B, "B")
-        if A.dim() == 2 and B.dim() == 2 and A.shape[1] == B.shape[0]:
-            batch, (M, K), N = 1, A.shape, B.shape[1]
-            out_shape = (M, N)
-        elif A.dim() == 3 and B.dim() == 3 and A.shape[0] == B.shape[0] and A.shape[2] == B.shape[1]:
-            batch, M, K = A.shape
-            N = B.shape[2]
-            out_shape = (batch, M, N)
-        else:
-            raise ValueError(f"cannot multiply {tuple(A.shape)} by {tuple(B.shape)}")
+'''
+    + MATMUL_OPERANDS_PY
+    + r"""
         if max(M, N, K, batch) > _INT_MAX or (N + _BN - 1) // _BN > 65535:
             raise ValueError(f"shapes too large for this kernel: {tuple(A.shape)} @ {tuple(B.shape)}")
         C = torch.empty(out_shape, device=A.device, dtype=torch.float32)
@@ -816,7 +746,8 @@ class ModelNew(nn.Module):
             kernel = _MODULE.get_function("matmul_tiled")
             kernel(grid, (_THREADS,), (*args, cupy.int32(batch)))
         return C
-'''
+"""
+)
 
 
 def render_matmul(params: dict[str, Any], summary: str) -> str:
@@ -825,16 +756,12 @@ def render_matmul(params: dict[str, Any], summary: str) -> str:
     return fill(
         MATMUL_PY,
         SUMMARY_DOC=wrap(summary),
-        PARAMS=_params_text(params),
+        PARAMS=params_text(params),
         CUDA_SRC=cu,
         BM=bm,
         BN=bn,
         THREADS=(bm // tm) * (bn // tn),
     )
-
-
-def _params_text(params: dict[str, Any]) -> str:
-    return wrap(", ".join(f"{k}={v!r}" for k, v in sorted(params.items())))
 
 
 RENDERERS = {

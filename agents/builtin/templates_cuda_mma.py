@@ -12,43 +12,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.builtin._text import c_bool, fill, wrap
+from agents.builtin._text import c_bool, c_params, fill, params_text, wrap
+from agents.builtin.candidate_python import MATMUL_OPERANDS_PY
 
-MATMUL_MMA_CU = r"""
+MATMUL_MMA_CU = c_params(r"""
 // C = A @ B on tensor cores: mma.sync m16n8k8 TF32 with fp32 accumulation, cp.async multi-stage pipeline.
 // SPLIT 1: plain TF32 (relaxed policy). SPLIT 3: each operand split into a TF32 "big" part and a TF32 "small"
 // remainder, three products accumulated (small*big + big*small + big*big): fp32-level accuracy (strict policy).
 @SUMMARY_C@
-#ifndef BM
-#define BM @BM@
-#endif
-#ifndef BN
-#define BN @BN@
-#endif
-#ifndef BK
-#define BK @BK@
-#endif
-#ifndef WM
-#define WM @WM@          // warp tile rows
-#endif
-#ifndef WN
-#define WN @WN@          // warp tile columns
-#endif
-#ifndef STAGES
-#define STAGES @STAGES@
-#endif
-#ifndef SPLIT
-#define SPLIT @SPLIT@
-#endif
-#ifndef MIN_BLOCKS
-#define MIN_BLOCKS @MIN_BLOCKS@
-#endif
-#ifndef PROMOTE
-#define PROMOTE @PROMOTE@  // 1: each BK step accumulates in fresh fragments, added to the total with rounded adds
-#endif
-#ifndef GROUP
-#define GROUP @GROUP@        // block rows per L2 group (blocks sweep a group of row tiles column by column)
-#endif
+#param BM
+#param BN
+#param BK
+#param WM          // warp tile rows
+#param WN          // warp tile columns
+#param STAGES
+#param SPLIT
+#param MIN_BLOCKS
+#param PROMOTE  // 1: each BK step accumulates in fresh fragments, added to the total with rounded adds
+#param GROUP        // block rows per L2 group (blocks sweep a group of row tiles column by column)
 #define WARPS_M (BM / WM)
 #define WARPS_N (BN / WN)
 #define THREADS (WARPS_M * WARPS_N * 32)
@@ -224,9 +205,10 @@ matmul_mma(const float* __restrict__ A, const float* __restrict__ B, float* __re
             *reinterpret_cast<float2*>(C + (size_t)(r + 8) * N + c) = make_float2(acc[i][j][2], acc[i][j][3]);
         }
 }
-"""
+""")
 
-MATMUL_MMA_PY = r'''"""Builtin candidate `matmul_cuda_mma` (agents.builtin).
+MATMUL_MMA_PY = (
+    r'''"""Builtin candidate `matmul_cuda_mma` (agents.builtin).
 
 @SUMMARY_DOC@
 
@@ -247,29 +229,9 @@ _KERNEL = cupy.RawKernel(CUDA_SRC, "matmul_mma", options=("-std=c++17",))
 _KERNEL.max_dynamic_shared_size_bytes = _SMEM
 
 
-def _as_cuda_f32(t: torch.Tensor, name: str) -> torch.Tensor:
-    if not t.is_cuda or t.dtype != torch.float32:
-        raise TypeError(f"{name} must be a float32 CUDA tensor, got {t.dtype} on {t.device}")
-    return t.contiguous()
-
-
-class ModelNew(nn.Module):
-    """C = A @ B (same constructor as the problem's Model: no arguments)."""
-
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
-        A, B = _as_cuda_f32(A, "A"), _as_cuda_f32(B, "B")
-        if A.dim() == 2 and B.dim() == 2 and A.shape[1] == B.shape[0]:
-            batch, (M, K), N = 1, A.shape, B.shape[1]
-            out_shape = (M, N)
-        elif A.dim() == 3 and B.dim() == 3 and A.shape[0] == B.shape[0] and A.shape[2] == B.shape[1]:
-            batch, M, K = A.shape
-            N = B.shape[2]
-            out_shape = (batch, M, N)
-        else:
-            raise ValueError(f"cannot multiply {tuple(A.shape)} by {tuple(B.shape)}")
+'''
+    + MATMUL_OPERANDS_PY
+    + r"""
         if M % _BM or N % _BN or K % _BK or batch > 65535 or (M // _BM) * (N // _BN) >= 2**31:
             raise ValueError(f"this kernel needs M % {_BM}, N % {_BN}, K % {_BK} == 0; got M={M} N={N} K={K}")
         C = torch.empty(out_shape, device=A.device, dtype=torch.float32)
@@ -281,7 +243,8 @@ class ModelNew(nn.Module):
         with cupy.cuda.Device(A.device.index), stream:
             _KERNEL(grid, (_THREADS,), args, shared_mem=_SMEM)
         return C
-'''
+"""
+)
 
 WARP_TILES = {"64x32": (64, 32), "64x64": (64, 64), "32x64": (32, 64)}
 
@@ -330,7 +293,7 @@ def render_matmul_mma(params: dict[str, Any], summary: str) -> str:
     return fill(
         MATMUL_MMA_PY,
         SUMMARY_DOC=wrap(summary),
-        PARAMS=wrap(", ".join(f"{k}={v!r}" for k, v in sorted(params.items()))),
+        PARAMS=params_text(params),
         CUDA_SRC=cu,
         BM=params["bm"],
         BN=params["bn"],

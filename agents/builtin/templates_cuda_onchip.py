@@ -16,27 +16,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.builtin._text import LAYERNORM_MODULE, c_bool, fill, wrap
+from agents.builtin._text import LAYERNORM_MODULE, c_bool, c_params, fill, params_text, wrap
+from agents.builtin.candidate_python import SOFTMAX_ROWS_PY
 
-SOFTMAX_CLUSTER_CU = r"""
+SOFTMAX_CLUSTER_CU = c_params(r"""
 // Row softmax with each row split over a thread-block cluster; the row stays in registers
 // (one read, one write).
 @SUMMARY_C@
-#ifndef CLUSTER
-#define CLUSTER @CLUSTER@
-#endif
-#ifndef BLOCK
-#define BLOCK @BLOCK@
-#endif
-#ifndef ITEMS
-#define ITEMS @ITEMS@        // float4 per thread
-#endif
-#ifndef LOG
-#define LOG @LOG@
-#endif
-#ifndef STREAM
-#define STREAM @STREAM@       // evict-first loads and stores (__ldcs / __stcs): the row is touched once
-#endif
+#param CLUSTER
+#param BLOCK
+#param ITEMS        // float4 per thread
+#param LOG
+#param STREAM       // evict-first loads and stores (__ldcs / __stcs): the row is touched once
 #if STREAM
 #define LD(p) __ldcs(p)
 #define ST(p, v) __stcs(p, v)
@@ -176,9 +167,10 @@ softmax_cluster(const float* __restrict__ x, float* __restrict__ y, long long co
     // No block may leave while another may still read its pair: arrive once the pairs are read, wait at the end.
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
-"""
+""")
 
-SOFTMAX_CLUSTER_PY = r'''"""Builtin candidate `softmax_cuda_cluster` (agents.builtin).
+SOFTMAX_CLUSTER_PY = (
+    r'''"""Builtin candidate `softmax_cuda_cluster` (agents.builtin).
 
 @SUMMARY_DOC@
 
@@ -197,47 +189,28 @@ _CLUSTER, _THREADS, _CAPACITY = @CLUSTER@, @BLOCK@, @CAPACITY@
 _KERNEL = cupy.RawKernel(CUDA_SRC, "softmax_cluster", options=("-std=c++17", "-arch=sm_90a"))
 
 
-class ModelNew(nn.Module):
-    """@WHAT@(x, dim=-1); no constructor arguments, like the problem's Model."""
-
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not x.is_cuda or x.dtype != torch.float32:
-            raise TypeError(f"x must be a float32 CUDA tensor, got {x.dtype} on {x.device}")
-        x = x.contiguous()
-        out = torch.empty_like(x)
-        cols = x.shape[-1] if x.dim() > 0 else 1
-        rows = x.numel() // cols if cols else 0
-        if rows == 0:
-            return out
+'''
+    + SOFTMAX_ROWS_PY
+    + r"""
         if cols % 4 or cols > _CAPACITY:
             raise ValueError(f"rows of {cols} elements: this kernel takes multiples of 4 up to {_CAPACITY}")
         stream = cupy.cuda.Stream.from_external(torch.cuda.current_stream(x.device))
         with cupy.cuda.Device(x.device.index), stream:
             _KERNEL((rows * _CLUSTER,), (_THREADS,), (x.data_ptr(), out.data_ptr(), cupy.int64(cols)))
         return out
-'''
+"""
+)
 
-LAYERNORM_PERSISTENT_CU = r"""
+LAYERNORM_PERSISTENT_CU = c_params(r"""
 // LayerNorm for a few very long rows: a persistent grid (one block per SM, cooperative launch) holds
 // one whole
 // row on chip at a time, each block a contiguous chunk in registers. Per row: block statistics, one grid-wide
 // merge through a per-row arrival counter, then normalise from registers: x is read once and y written once.
 @SUMMARY_C@
-#ifndef BLOCK
-#define BLOCK @BLOCK@
-#endif
-#ifndef ITEMS
-#define ITEMS @ITEMS@        // float4 per thread
-#endif
-#ifndef PREFETCH
-#define PREFETCH @PREFETCH@     // stage the next row's chunk in shared memory (cp.async) while this row is merged
-#endif
-#ifndef PER_SM
-#define PER_SM @PER_SM@       // blocks per SM the register budget is set for
-#endif
+#param BLOCK
+#param ITEMS        // float4 per thread
+#param PREFETCH     // stage the next row's chunk in shared memory (cp.async) while this row is merged
+#param PER_SM       // blocks per SM the register budget is set for
 #define WARPS (BLOCK / 32)
 
 struct Part {
@@ -530,7 +503,7 @@ layernorm_persistent2(const float* __restrict__ x, const float* __restrict__ w, 
         __syncthreads();  // stats[] and the stage are reused by the next pair
     }
 }
-"""
+""")
 
 LAYERNORM_PERSISTENT_PY = r'''"""Builtin candidate `layernorm_cuda_persistent` (agents.builtin).
 
@@ -587,10 +560,6 @@ if _STAGE_BYTES > 48 * 1024:
 '''
 
 
-def _params_text(params: dict[str, Any]) -> str:
-    return wrap(", ".join(f"{k}={v!r}" for k, v in sorted(params.items())))
-
-
 def softmax_capacity(params: dict[str, Any]) -> int:
     """The longest row (elements) one cluster holds."""
     return params["cluster"] * params["block"] * params["items"] * 4
@@ -610,7 +579,7 @@ def render_softmax_cluster(params: dict[str, Any], summary: str) -> str:
     return fill(
         SOFTMAX_CLUSTER_PY,
         SUMMARY_DOC=wrap(summary),
-        PARAMS=_params_text(params),
+        PARAMS=params_text(params),
         WHAT="log_softmax" if log else "softmax",
         CAPACITY=softmax_capacity(params),
         CUDA_SRC=cu,
@@ -634,7 +603,7 @@ def render_layernorm_persistent(params: dict[str, Any], summary: str) -> str:
         LAYERNORM_PERSISTENT_PY,
         LAYERNORM_MODULE=LAYERNORM_MODULE,
         SUMMARY_DOC=wrap(summary),
-        PARAMS=_params_text(params),
+        PARAMS=params_text(params),
         CUDA_SRC=cu,
         BLOCK=block,
         PER_SM=params["per_sm"],

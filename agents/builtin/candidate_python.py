@@ -1,0 +1,51 @@
+"""Python that several candidate wrappers emit alike, spliced into their ``ModelNew`` sources.
+
+Each rendered candidate stays one self-contained file, so these lines are repeated in the output; here they are
+written once.
+"""
+
+from __future__ import annotations
+
+# A row-wise softmax's module (CUDA): checks, the (rows, cols) view of the last dim, an empty input returned as is.
+# The launch that follows is each template's own.
+SOFTMAX_ROWS_PY = r'''class ModelNew(nn.Module):
+    """@WHAT@(x, dim=-1); no constructor arguments, like the problem's Model."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not x.is_cuda or x.dtype != torch.float32:
+            raise TypeError(f"x must be a float32 CUDA tensor, got {x.dtype} on {x.device}")
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        cols = x.shape[-1] if x.dim() > 0 else 1
+        rows = x.numel() // cols if cols else 0
+        if rows == 0:
+            return out'''
+
+# A matmul's operand checks and its 2-D or batched 3-D shapes (CUDA); the size limits that follow are each
+# kernel's own.
+MATMUL_OPERANDS_PY = r'''def _as_cuda_f32(t: torch.Tensor, name: str) -> torch.Tensor:
+    if not t.is_cuda or t.dtype != torch.float32:
+        raise TypeError(f"{name} must be a float32 CUDA tensor, got {t.dtype} on {t.device}")
+    return t.contiguous()
+
+
+class ModelNew(nn.Module):
+    """C = A @ B (same constructor as the problem's Model: no arguments)."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+        A, B = _as_cuda_f32(A, "A"), _as_cuda_f32(B, "B")
+        if A.dim() == 2 and B.dim() == 2 and A.shape[1] == B.shape[0]:
+            batch, (M, K), N = 1, A.shape, B.shape[1]
+            out_shape = (M, N)
+        elif A.dim() == 3 and B.dim() == 3 and A.shape[0] == B.shape[0] and A.shape[2] == B.shape[1]:
+            batch, M, K = A.shape
+            N = B.shape[2]
+            out_shape = (batch, M, N)
+        else:
+            raise ValueError(f"cannot multiply {tuple(A.shape)} by {tuple(B.shape)}")'''

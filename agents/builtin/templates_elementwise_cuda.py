@@ -1,0 +1,236 @@
+"""Fused pointwise kernels on CUDA (NVRTC through CuPy): ``elementwise_cuda`` and ``epilogue_cuda``.
+
+A grid-stride kernel, float4 loads and stores when every full operand and the output are 16-byte aligned
+(a scalar kernel otherwise), ITEMS vectors per thread in flight, 32-bit index math whenever the tensor
+allows (64-bit otherwise), broadcast operands read at ``(i / inner) % size``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.builtin._text import c_bool, c_params, fill, wrap
+from agents.builtin.templates_elementwise_expression import Expression, long_chain
+from agents.builtin.templates_elementwise_math import COMMON, CUDA_MATH
+from agents.builtin.templates_elementwise_python import Params, candidate_fields, prepare, py_tuple
+
+CUDA_KERNEL = c_params(r"""
+// Fused pointwise chain: out[i] = ew_apply(full operands at i, broadcast operands at (i / inner) % size).
+@SUMMARY_C@
+#param BLOCK        // threads per block
+#param ITEMS          // vectors (float4, or floats in the scalar kernel) per thread in flight
+#param VEC            // also build the float4 kernels (used when every full operand is 16-byte aligned)
+#ifndef FAST_MATH
+#define FAST_MATH @FAST@      // __expf / __logf / __fdividef instead of the full-precision functions
+#endif
+#param INPLACE        // the output is the first full operand's buffer (the heavy op's result)
+#if INPLACE
+#define ALIAS                // read and written through two pointers: no __restrict__ on either
+#else
+#define ALIAS __restrict__
+#endif
+@MATH@
+@COMMON@
+@APPLY@
+template <typename I>
+__device__ __forceinline__ I band_index(I i, I inner, I size)
+{
+    // inner and size are the same for the whole grid: these branches never diverge
+    return size == 1 ? (I)0 : (inner == 1 ? i % size : (i / inner) % size);
+}
+
+template <typename I>
+__device__ __forceinline__ void scalar_body(@PARAMS_T@, float* ALIAS y, I n)
+{
+    const I stride = (I)gridDim.x * (BLOCK * ITEMS);
+    for (I base = (I)blockIdx.x * (BLOCK * ITEMS) + threadIdx.x; base < n; base += stride) {
+@DECL_S@
+#pragma unroll
+        for (int k = 0; k < ITEMS; ++k) {
+            const I i = base + (I)k * BLOCK;
+            if (i < n) {
+@LOAD_S@
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < ITEMS; ++k) {
+            const I i = base + (I)k * BLOCK;
+            if (i < n) y[i] = ew_apply(@CALL_S@);
+        }
+    }
+}
+
+#if VEC
+template <typename I>
+__device__ __forceinline__ void vec_body(@PARAMS_T@, float* ALIAS y, I n)
+{
+    const I n4 = n / 4;
+    const I stride = (I)gridDim.x * (BLOCK * ITEMS);
+    for (I base = (I)blockIdx.x * (BLOCK * ITEMS) + threadIdx.x; base < n4; base += stride) {
+@DECL_V@
+#pragma unroll
+        for (int k = 0; k < ITEMS; ++k) {
+            const I i = base + (I)k * BLOCK;
+            if (i < n4) {
+@LOAD_V@
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < ITEMS; ++k) {
+            const I i = base + (I)k * BLOCK;
+            if (i < n4) {
+                const I e = 4 * i;
+                float4 r;
+                r.x = ew_apply(@CALL_X@);
+                r.y = ew_apply(@CALL_Y@);
+                r.z = ew_apply(@CALL_Z@);
+                r.w = ew_apply(@CALL_W@);
+                reinterpret_cast<float4*>(y)[i] = r;
+            }
+        }
+    }
+    // The last n % 4 elements, one thread each.
+    if (blockIdx.x == 0 && (I)threadIdx.x < n - 4 * n4) {
+        const I i = 4 * n4 + threadIdx.x;
+        y[i] = ew_apply(@CALL_S_TAIL@);
+    }
+}
+#endif
+
+@ENTRIES@
+""")
+
+CUDA_PY = r'''"""Builtin candidate `@TEMPLATE@` (agents.builtin).
+
+@SUMMARY_DOC@
+
+Parameters (besides the problem's spec): @PARAMS@.
+
+Computes:
+@EXPR@
+"""
+
+@IMPORTS@
+
+CUDA_SRC = r"""@CUDA_SRC@"""
+
+_MODULE = cupy.RawModule(code=CUDA_SRC, options=("-std=c++17",))
+_BLOCK, _ITEMS, _WAVES, _VEC = @BLOCK@, @ITEMS@, @WAVES@, @VEC_PY@
+_RESIDENT = max(1, 2048 // _BLOCK)  # blocks of _BLOCK threads one SM holds (2048 threads on H100/H200)
+_F32 = torch.float32
+_INIT = @INIT@  # the constructor arguments this candidate was generated for
+_PARAMS = @PARAMS_SHAPES@  # the reference's parameters this candidate reads, by state_dict name
+_BANDS = @BANDS@  # broadcast operands' shapes as the reference used them
+@BAND_PY@
+
+def _launch(n: int, full: tuple[int, ...], bands: tuple[int, ...], y: int, device: torch.device) -> None:
+    aligned = _VEC and all(p % 16 == 0 for p in (*full, y))
+    per_block = _BLOCK * _ITEMS * (4 if aligned else 1)
+    blocks = -(-n // per_block)
+    if _WAVES:  # a grid-stride loop over a fixed number of resident-block waves
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        blocks = min(blocks, _WAVES * sms * _RESIDENT)
+    wide = n + 2 * blocks * per_block >= 2**31  # 32-bit index math whenever it cannot overflow
+    index = cupy.int64 if wide else cupy.uint32
+    name = ("ew_vec" if aligned else "ew_scalar") + ("_i64" if wide else "_i32")
+    args = (*full, *(index(a) if k % 3 else a for k, a in enumerate(bands)), y, index(n))
+    stream = cupy.cuda.Stream.from_external(torch.cuda.current_stream(device))
+    with cupy.cuda.Device(device.index), stream:
+        _MODULE.get_function(name)((blocks,), (_BLOCK,), args)
+
+
+class ModelNew(nn.Module):
+    """@CLASS_DOC@"""
+
+    def __init__(self, *args):
+@INIT_BODY@
+
+    def forward(self, @ARGS@) -> torch.Tensor:
+@FORWARD@
+'''
+
+
+def _cuda_kernel(spec: dict[str, Any], params: Params, summary: str, inplace: bool) -> str:
+    e = Expression(spec)
+    # A long chain is called, not inlined: inlined into the four lanes of four entry points it takes NVRTC
+    # seconds (measured 4.8 s against 0.6 s for a 200-op chain), and a call costs little beside such a body.
+    apply = e.function("__device__ __noinline__" if long_chain(spec) else "EW_FN")
+    nf, nb = len(e.full), len(e.bands)
+    params_t = ", ".join(
+        [f"const float* {'ALIAS' if k == 0 else '__restrict__'} f{k}" for k in range(nf)]
+        + [f"const float* __restrict__ b{k}, I inner{k}, I size{k}" for k in range(nb)]
+    )
+
+    def bands_at(index: str) -> list[str]:
+        return [f"b{k}[band_index<I>({index}, inner{k}, size{k})]" for k in range(nb)]
+
+    decl_s = "\n".join(f"        float v{k}[ITEMS];" for k in range(nf))
+    load_s = "\n".join(f"                v{k}[k] = f{k}[i];" for k in range(nf))
+    decl_v = "\n".join(f"        float4 v{k}[ITEMS];" for k in range(nf))
+    load_v = "\n".join(f"                v{k}[k] = reinterpret_cast<const float4*>(f{k})[i];" for k in range(nf))
+
+    def call(values: list[str], index: str) -> str:
+        return ", ".join(values + bands_at(index))
+
+    entries = []
+    call_args = ", ".join([f"f{k}" for k in range(nf)] + [f"b{k}, inner{k}, size{k}" for k in range(nb)] + ["y", "n"])
+    for kind in ("scalar", "vec"):
+        for suffix, ctype in (("i32", "unsigned int"), ("i64", "long long")):
+            sig = params_t.replace("I inner", f"{ctype} inner").replace("I size", f"{ctype} size")
+            entry = (
+                f'extern "C" __global__ void __launch_bounds__(BLOCK)\new_{kind}_{suffix}({sig}, float* ALIAS y, '
+                f"{ctype} n)\n{{\n    {kind}_body<{ctype}>({call_args});\n}}\n"
+            )
+            entries.append(entry if kind == "scalar" else f"#if VEC\n{entry}#endif\n")
+    return fill(
+        CUDA_KERNEL,
+        SUMMARY_C=wrap(summary, "// "),
+        BLOCK=params["block"],
+        ITEMS=params["items"],
+        VEC=c_bool(params["vec4"]),
+        FAST=c_bool(params["fast_math"]),
+        INPLACE=c_bool(inplace),
+        MATH=CUDA_MATH,
+        COMMON=COMMON,
+        APPLY=apply,
+        PARAMS_T=params_t,
+        DECL_S=decl_s,
+        LOAD_S=load_s,
+        CALL_S=call([f"v{k}[k]" for k in range(nf)], "i"),
+        DECL_V=decl_v,
+        LOAD_V=load_v,
+        CALL_X=call([f"v{k}[k].x" for k in range(nf)], "e"),
+        CALL_Y=call([f"v{k}[k].y" for k in range(nf)], "e + 1"),
+        CALL_Z=call([f"v{k}[k].z" for k in range(nf)], "e + 2"),
+        CALL_W=call([f"v{k}[k].w" for k in range(nf)], "e + 3"),
+        CALL_S_TAIL=call([f"f{k}[i]" for k in range(nf)], "i"),
+        ENTRIES="\n".join(entries),
+    )
+
+
+def render_cuda(params: Params, summary: str, template: str, epilogue: bool) -> str:
+    spec, inplace, fw = prepare(params, template, epilogue, "cuda")
+    lines, full_ptrs, band_args = fw.lines(params, epilogue)
+    lines.append(f"_launch(n, {py_tuple(full_ptrs)}, {py_tuple(band_args)}, out.data_ptr(), out.device)")
+    lines.append("return out")
+    imports = "import math\n\nimport cupy\nimport torch\nimport torch.nn as nn\n"
+    if epilogue:
+        imports += "import torch.nn.functional as F\n"
+    return fill(
+        CUDA_PY,
+        IMPORTS=imports,
+        CUDA_SRC=_cuda_kernel(spec, params, summary, inplace),
+        BLOCK=params["block"],
+        ITEMS=params["items"],
+        WAVES=params["grid"],
+        VEC_PY=repr(bool(params["vec4"])),
+        **candidate_fields(params, summary, template, epilogue, fw, lines),
+    )
+
+
+def render_elementwise_cuda(params: Params, summary: str) -> str:
+    return render_cuda(params, summary, "elementwise_cuda", epilogue=False)
+
+
+def render_epilogue_cuda(params: Params, summary: str) -> str:
+    return render_cuda(params, summary, "epilogue_cuda", epilogue=True)

@@ -1,0 +1,205 @@
+"""The Python every fused pointwise candidate shares, CPU and CUDA: broadcast geometry, the reference's
+parameters held by name, the forward's checks and operands, the heavy op's library call, the docstring.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.builtin._text import params_text as shared_params_text
+from agents.builtin._text import wrap
+from agents.builtin.pointwise import band, load
+from agents.builtin.templates_elementwise_epilogue import tail_bias
+from agents.builtin.templates_elementwise_expression import Expression, expression_text
+
+Params = dict[str, Any]
+
+
+BAND_PY = r'''
+
+def _band(shape: tuple[int, ...], out: tuple[int, ...]) -> tuple[int, int]:
+    """(size, inner): `shape` broadcast to `out` holds, at flat index i, its element (i // inner) % size."""
+    shape, out = tuple(shape), tuple(out)
+    while len(shape) > len(out) and shape[0] == 1:
+        shape = shape[1:]
+    if len(shape) > len(out):
+        raise ValueError(f"{shape} does not broadcast to {out}")
+    pad = (1,) * (len(out) - len(shape)) + shape
+    dims = [d for d in range(len(out)) if pad[d] != 1]
+    if not dims:
+        return 1, 1
+    lo, hi = dims[0], dims[-1] + 1
+    if any(pad[d] != out[d] for d in range(lo, hi)):
+        raise ValueError(f"{shape} is not one contiguous span of {out}")
+    return math.prod(out[lo:hi]), math.prod(out[hi:])
+
+
+def _lists(value):
+    return [_lists(v) for v in value] if isinstance(value, list | tuple) else value
+
+
+def _hold(module: nn.Module, name: str, shape: list[int]) -> None:
+    """A parameter at the reference's state_dict name (the harness copies the reference's values in by name)."""
+    *path, leaf = name.split(".")
+    for part in path:
+        if part not in module._modules:
+            module.add_module(part, nn.Module())
+        module = module._modules[part]
+    module.register_parameter(leaf, nn.Parameter(torch.zeros(shape)))
+'''
+
+INIT_PY = r"""        super().__init__()
+        if _lists(list(args)) != _INIT:
+            raise ValueError(f"this candidate was generated for Model(*{_INIT!r}), not Model(*{list(args)!r})")
+        for name, shape in _PARAMS.items():
+            _hold(self, name, shape)"""
+
+
+def attr(name: str) -> str:
+    """Python for a parameter of the model: `self.linear.weight`, or get_parameter for odd names."""
+    if all(part.isidentifier() for part in name.split(".")):
+        return f"self.{name}"
+    return f"self.get_parameter({name!r})"
+
+
+class Forward:
+    """The candidate's forward body (checks, operands, broadcast geometry), shared by CPU and CUDA."""
+
+    def __init__(self, spec: dict[str, Any], device: str) -> None:
+        self.spec, self.device = spec, device
+        self.expr = Expression(spec)
+        self.n_in = len(spec["inputs"])
+
+    def operand(self, leaf: dict[str, Any]) -> str:
+        if leaf["kind"] == "input":
+            return f"x{leaf['key']}"
+        if leaf["kind"] == "param":
+            return attr(leaf["key"])
+        return "h"
+
+    def lines(self, params: Params, epilogue: bool) -> tuple[list[str], list[str], list[str]]:
+        """The lines up to the kernel call; the full operands' pointers; the broadcast ones' (ptr, inner, size)."""
+        e = self.expr
+        lines: list[str] = []
+        for k in range(self.n_in):
+            place = "not x{k}.is_cuda" if self.device == "cuda" else "not x{k}.is_cpu"
+            what = f"x{k} must be a float32 {self.device.upper()} tensor, got {{x{k}.dtype}} on {{x{k}.device}}"
+            lines += [f"if x{k}.dtype != _F32 or {place.format(k=k)}:", f'    raise TypeError(f"{what}")']
+        if epilogue:
+            call = heavy_call(self.spec, params["bias"] == "library")
+            lines += [f"h = {call}  # the heavy op stays in the library", "h = h.contiguous()"]
+            lines.append("out = h" if params["inplace"] else "out = torch.empty_like(h)")
+            first = "h"
+        else:
+            first = self.operand(e.leaves[e.full[0]])
+            lines += [f"{first} = {first}.contiguous()", f"out = torch.empty_like({first})"]
+        full_ptrs, band_args = [], []
+        for j in e.full:
+            name = self.operand(e.leaves[j])
+            if name != first:
+                lines.append(f"if {name}.shape != out.shape:")
+                lines.append(f'    raise ValueError(f"operand {{tuple({name}.shape)}} is not the output\'s shape")')
+                lines.append(f"{name} = {name}.contiguous()")
+            full_ptrs.append(f"{name}.data_ptr()")
+        for k, j in enumerate(e.bands):
+            leaf = e.leaves[j]
+            lines.append(f"w{k} = {self.operand(leaf)}.contiguous()")
+            # A parameter's shape as the reference used it is fixed; a broadcast input's is what it is now.
+            shape = f"tuple(w{k}.shape)" if leaf["kind"] == "input" else f"_BANDS[{k}]"
+            lines.append(f"size{k}, inner{k} = _band({shape}, tuple(out.shape))")
+            if self.device == "cpu" and self.lastdim(j):  # the C code reads it as a contiguous slice
+                lines.append(f"if inner{k} != 1:")
+                lines.append(f'    raise ValueError("operand {k} no longer runs along the last dim")')
+            band_args += [f"w{k}.data_ptr()", f"inner{k}", f"size{k}"]
+        lines += ["n = out.numel()", "if n == 0:", "    return out"]
+        return lines, full_ptrs, band_args
+
+    def lastdim(self, j: int) -> bool:
+        size, inner = band(self.expr.leaves[j]["shape"], self.spec["out_shape"])
+        return inner == 1 and size > 1
+
+    def band_shapes(self) -> str:
+        return repr(tuple(tuple(self.expr.leaves[j]["shape"]) for j in self.expr.bands))
+
+
+def heavy_call(spec: dict[str, Any], bias_in_library: bool) -> str:
+    h = spec["heavy"]
+    if h["op"] == "linear":
+        bias = attr(h["bias"]) if h["bias"] and bias_in_library else "None"
+        return f"F.linear(x{h['x']}, {attr(h['weight'])}, {bias})"
+    if h["op"] == "matmul":
+        a = f"x{h['a'][1]}"
+        b = f"x{h['b'][1]}" if h["b"][0] == "input" else attr(h["b"][1])
+        return f"torch.matmul({a}, {b}{'.t()' if h['b_transposed'] else ''})"
+    bias = attr(h["bias"]) if h["bias"] and bias_in_library else "None"
+    dims = h["dims"]
+    if h["transposed"]:
+        return (
+            f"F.conv_transpose{dims}d(x{h['x']}, {attr(h['weight'])}, {bias}, {h['stride']}, {h['padding']}, "
+            f"{h['output_padding']}, {h['groups']}, {h['dilation']})"
+        )
+    return (
+        f"F.conv{dims}d(x{h['x']}, {attr(h['weight'])}, {bias}, {h['stride']}, {h['padding']}, "
+        f"{h['dilation']}, {h['groups']})"
+    )
+
+
+def doc_expr(spec: dict[str, Any], params: Params) -> str:
+    text = expression_text(spec, limit=400)
+    if spec["heavy"] and spec["heavy"].get("bias"):
+        where = "in the library call" if params.get("bias", "library") == "library" else "added in the tail kernel"
+        text += f"  (the heavy op's bias {spec['heavy']['bias']}: {where})"
+    return wrap(text)
+
+
+def py_tuple(items: list[str]) -> str:
+    return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+
+
+def py_block(lines: list[str], indent: int = 8) -> str:
+    return "\n".join(" " * indent + line for line in lines)
+
+
+def spec_of(params: Params, template: str) -> dict[str, Any]:
+    if not params.get("spec"):
+        raise ValueError(f"{template} renders the problem's own expression: it needs the problem's spec")
+    return load(params["spec"])
+
+
+def class_doc(spec: dict[str, Any], epilogue: bool) -> str:
+    if epilogue:
+        return "The problem's heavy op through torch, then its whole pointwise tail as one kernel."
+    return "The problem's pointwise chain as one kernel; same constructor arguments as the problem's Model."
+
+
+def params_text(params: Params) -> str:
+    return shared_params_text(params, hidden=("spec",))
+
+
+def prepare(params: Params, template: str, epilogue: bool, device: str) -> tuple[dict[str, Any], bool, Forward]:
+    """(spec, whether the tail writes in place, the forward) for one point; the bias moved into the tail when
+    the point says so."""
+    spec = spec_of(params, template)
+    if epilogue and params["bias"] == "tail":
+        spec = tail_bias(spec)
+    return spec, bool(epilogue and params["inplace"]), Forward(spec, device)
+
+
+def candidate_fields(
+    params: Params, summary: str, template: str, epilogue: bool, fw: Forward, lines: list[str]
+) -> dict[str, str]:
+    """The placeholders CPU and CUDA candidates fill alike: docstring, reference parameters, module, forward."""
+    return {
+        "TEMPLATE": template,
+        "SUMMARY_DOC": wrap(summary),
+        "PARAMS": params_text(params),
+        "EXPR": doc_expr(fw.spec, params),
+        "INIT": repr(fw.spec["init"]),
+        "PARAMS_SHAPES": repr(fw.spec["params"]),
+        "BANDS": fw.band_shapes(),
+        "BAND_PY": BAND_PY,
+        "CLASS_DOC": class_doc(fw.spec, epilogue),
+        "INIT_BODY": INIT_PY,
+        "ARGS": ", ".join(f"x{k}: torch.Tensor" for k in range(fw.n_in)),
+        "FORWARD": py_block(lines),
+    }
