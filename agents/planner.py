@@ -27,6 +27,12 @@ def tried_summary(state: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def fastest_accepted(state: dict[str, Any]) -> dict[str, Any] | None:
+    """The fastest candidate the critic accepted, whether or not it beat the reference."""
+    timed = [c for c in state.get("candidates", []) if c.get("verdict") == "accepted" and c.get("speedup_vs_best")]
+    return max(timed, key=lambda c: c["speedup_vs_best"], default=None)
+
+
 class BuiltinPlanner:
     """Ideas from the builtin catalog: a spread of templates first, then neighbours of the best."""
 
@@ -35,7 +41,9 @@ class BuiltinPlanner:
 
     def __call__(self, state: dict[str, Any], ctx: RoleContext) -> dict[str, Any]:
         round_ = state.get("round", 0) + 1
-        best = best_candidate(state)  # type: ignore[arg-type]
+        # While no candidate beats the reference, tuning starts from the fastest verified one: a near miss
+        # is a better place to search from than a fresh spread.
+        best = best_candidate(state) or fastest_accepted(state)  # type: ignore[arg-type]
         parent = {"template": best.get("template"), "params": best.get("params")} if best else None
         family = builtin.recognise(ctx.problem.info)
         specs = builtin.propose(

@@ -116,14 +116,19 @@ def test_report_command_writes_one_self_contained_file(cpu_run: Path) -> None:
 def test_report_sections_hold_the_runs_numbers(cpu_run: Path) -> None:
     run = load_run(cpu_run.name, cpu_run.parent)
     html = (cpu_run / "report.html").read_text()
-    best, ref = run.best, run.reference
-    assert best is not None and ref is not None and ref.compile_ms is not None
+    ref = run.reference
+    assert ref is not None and ref.compile_ms is not None
+    if run.best is not None:
+        best = run.best
+        headline = [f"best: {best.id} at {best.speedup_vs_best:.3f}×", f"{best.speedup_vs_compile:.3f}×"]
+    else:  # a loaded CPU can leave every candidate behind eager: the reference stands, the tree is still there
+        best = max((c for c in run.candidates if c.speedup_vs_best), key=lambda c: c.speedup_vs_best)
+        headline = ["no verified candidate beat the reference: the result is the reference (speedup 1.0×)"]
     for text in (
         f"{ref.eager_ms:.4f}",
         f"{ref.compile_ms:.4f}",
         f"{ref.floor_ms:.4f}",
-        f"best: {best.id} at {best.speedup_vs_best:.3f}×",
-        f"{best.speedup_vs_compile:.3f}×",
+        *headline,
         f"{best.pct_roofline:.1f}%",
         "relaxed: atol=0.01 rtol=0.01",
         f"{best.worst('max_abs_error'):.3g}",
@@ -136,7 +141,7 @@ def test_report_sections_hold_the_runs_numbers(cpu_run: Path) -> None:
         run.reference.environment["torch"],
     ):
         assert text in html, text
-    child = next(c for c in run.candidates if c.parent_id is not None)  # round 2 branches from round 1's best
+    child = next(c for c in run.candidates if c.parent_id is not None)  # round 2 branches from round 1's fastest
     assert f"--- {child.parent_id}\n+++ {child.id}" in re.sub(r"</?span[^>]*>", "", html)
     # each role's wall time comes from its node_start/node_end events, coders paired per idea
     wall = role_wall_seconds(run.events)
