@@ -29,6 +29,7 @@ PROBLEMS_DIR = PROJECT_ROOT / "problems"
 PROVIDER_KEYS = ("OPENAI_API_KEY", "GOOGLE_API_KEY", "GEMINI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL")
 EXIT_OK, EXIT_REJECTED = 0, 1
 DEMO_PROBLEM = {"cuda": "softmax_4096x65536", "cpu": "softmax_small"}
+RAY_ADDRESS_HELP = "with --sandbox ray: the cluster's head, host:port (default: $RAY_ADDRESS, else a local Ray)"
 
 
 def resolve_problem(arg: str) -> Path:
@@ -113,14 +114,18 @@ def render(evaluation) -> str:
 
 
 if TYPE_CHECKING:
-    from sandbox.config import DockerSandboxConfig, LocalSandboxConfig
+    from sandbox.config import AnySandboxConfig
 
 # ---------------------------------------------------------------------------------------- commands
 
 
-def sandbox_config(name: str) -> LocalSandboxConfig | DockerSandboxConfig:
-    from sandbox.config import DockerSandboxConfig, LocalSandboxConfig
+def sandbox_config(name: str, ray_address: str | None = None) -> AnySandboxConfig:
+    from sandbox.config import DockerSandboxConfig, LocalSandboxConfig, RaySandboxConfig
 
+    if ray_address and name != "ray":
+        raise ConfigError("--ray-address needs --sandbox ray")
+    if name == "ray":
+        return RaySandboxConfig(address=ray_address)
     return DockerSandboxConfig() if name == "docker" else LocalSandboxConfig()
 
 
@@ -155,7 +160,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     evaluation = evaluate(
         problem,
         source,
-        sandbox=make_sandbox(sandbox_config(args.sandbox)),
+        sandbox=make_sandbox(sandbox_config(args.sandbox, args.ray_address)),
         device=device,  # type: ignore[arg-type]
         available_bytes=device_memory_bytes(device),
         candidate_name=str(args.candidate),
@@ -239,7 +244,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             budgets=Budgets(
                 wall_s=args.max_wall, tokens=args.max_tokens, dollars=args.max_dollars, gpu_s=args.max_gpu_s
             ),
-            sandbox=sandbox_config(args.sandbox),
+            sandbox=sandbox_config(args.sandbox, args.ray_address),
             compile_reference=not args.no_compile,
         )
     except ValidationError as exc:
@@ -257,6 +262,80 @@ def cmd_run(args: argparse.Namespace) -> int:
     configure_logging(args.verbose, paths.events)
     print(f"run {paths.run_id} in {paths.dir}", flush=True)
     return _finish(paths, stream_run(config, paths, resume=False, on_update=_progress()))
+
+
+def cmd_batch(args: argparse.Namespace) -> int:
+    """`kforge batch`: one agent graph per problem of a folder or glob, `--parallel` at once; one table."""
+    import functools
+    import shlex
+
+    from pydantic import ValidationError
+
+    from graphs.batch import BatchSettings, discover, merge, run_batch
+    from graphs.config import Budgets, RunConfig
+    from graphs.runs import runs_root
+    from sandbox.protocol import TimingConfig
+    from tools.device import resolve_device
+
+    runs_dir = runs_root(args.runs_dir)
+    out = Path(args.out) if args.out else runs_dir
+    if args.merge:
+        record = merge([Path(f) for f in args.problems], out, "batch")
+        print(f"batch: merged {len(record['rows'])} rows into {out / 'batch.md'}")
+        return EXIT_OK
+    if args.parallel < 1:
+        raise ConfigError("--parallel: must be at least 1")
+    try:
+        base = RunConfig(
+            problem="",  # each problem's own path replaces it
+            device=resolve_device(args.device),  # type: ignore[arg-type]
+            policy=args.policy,
+            model=args.model,
+            base_url=args.base_url,
+            rounds=args.rounds,
+            ideas=args.ideas,
+            repair_attempts=args.repairs,
+            budgets=Budgets(wall_s=args.max_wall, tokens=args.max_tokens, dollars=args.max_dollars),
+            sandbox=sandbox_config(args.sandbox, args.ray_address),
+            compile_reference=not args.no_compile,
+            n_checks=args.checks,
+            timing=TimingConfig(min_trials=args.trials, min_seconds=args.min_seconds),
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ConfigError(f"--{'-'.join(map(str, first['loc']))}: {first['msg']}") from exc
+    problems = discover(args.problems, [o for o in args.only.split(",") if o])
+    if not problems:
+        raise ConfigError("no problem left after --only")
+    settings = BatchSettings(
+        runs_dir=runs_dir,
+        out=out,
+        command=shlex.join(["kforge", *sys.argv[1:]]),
+        parallel=args.parallel,
+        budget_s=args.budget_s,
+        fresh_check=args.fresh_check,
+        verbose=args.verbose,
+        say=functools.partial(print, flush=True),
+        options={k: v for k, v in vars(args).items() if k != "func"},
+    )
+    print(f"batch: {len(problems)} problem(s), {args.parallel} at a time, runs in {runs_dir}", flush=True)
+    try:
+        record = run_batch(problems, base, settings)
+    except KeyboardInterrupt:
+        print(f"batch: interrupted; {out / 'batch.md'} says where each problem got to. The same command resumes.")
+        return 130
+    s = record["summary"]
+    if s["pending"]:
+        print(f"batch: --budget-s {args.budget_s:g} spent; {s['pending']} problem(s) left: run the same command again")
+    fast = s["fast_p_vs_eager"]
+    print(
+        f"batch: {s['done']} of {s['problems']} done, {s['failed']} failed · "
+        f"correct {_fmt(s['correctness_rate'], '.0%')} · fast_1 {_fmt(fast['1'], '.0%')} · "
+        f"geomean vs faster ref {_fmt(s['geomean_vs_best'], '.3f', '×')} · "
+        f"{s['tokens']} tokens, ${s['dollars']:.2f} · {out / 'batch.md'}",
+        flush=True,
+    )
+    return EXIT_OK
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -399,7 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--no-compile", action="store_true", help="skip the torch.compile reference")
     ev.add_argument("--timeout", type=float, default=600.0, help="wall-clock limit of the job in seconds")
     ev.add_argument("--json", action="store_true", help="print the full evaluation as JSON")
-    ev.add_argument("--sandbox", default="local", choices=["local", "docker"])
+    ev.add_argument("--sandbox", default="local", choices=["local", "docker", "ray"])
+    ev.add_argument("--ray-address", default=None, help=RAY_ADDRESS_HELP)
     ev.set_defaults(func=cmd_eval)
 
     run = sub.add_parser("run", help="search for a faster kernel with the agent team")
@@ -413,7 +493,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--repairs", type=int, default=2, help="repair attempts per candidate (LLM coder)")
     run.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     run.add_argument("--policy", default="relaxed", choices=["relaxed", "strict"])
-    run.add_argument("--sandbox", default="local", choices=["local", "docker"])
+    run.add_argument("--sandbox", default="local", choices=["local", "docker", "ray"])
+    run.add_argument("--ray-address", default=None, help=RAY_ADDRESS_HELP)
     run.add_argument("--roles", default=None, help="comma-separated role list (default planner,coder,profiler,critic)")
     run.add_argument("--no-compile", action="store_true", help="skip the torch.compile reference in the baseline")
     run.add_argument("--max-wall", type=float, default=None, help="wall-time budget in seconds")
@@ -422,6 +503,40 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-gpu-s", type=float, default=None, help="budget of sandbox job seconds")
     run.add_argument("--runs-dir", default=None, help="where run folders go (default ./runs or $KFORGE_RUNS_DIR)")
     run.set_defaults(func=cmd_run)
+
+    batch = sub.add_parser(
+        "batch", help="run the agent team on every problem of folders or globs, concurrently; one table"
+    )
+    batch.add_argument(
+        "problems", nargs="+", help="problem files, folders (every *.py) or globs; with --merge: batch.json files"
+    )
+    batch.add_argument("--model", default=None, help="as for `kforge run`")
+    batch.add_argument("--base-url", default=None, help="an OpenAI-compatible server (vLLM, Ollama, llama.cpp)")
+    batch.add_argument("--rounds", type=int, default=3)
+    batch.add_argument("--ideas", type=int, default=3, help="ideas (candidates) per round")
+    batch.add_argument("--repairs", type=int, default=2, help="repair attempts per candidate (LLM coder)")
+    batch.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    batch.add_argument("--policy", default="relaxed", choices=["relaxed", "strict"])
+    # The very option objects of `run` (--sandbox and any backend option beside it), so that a backend added
+    # there is offered here too and reaches sandbox_config the same way.
+    for action in run._actions:
+        if action.dest == "sandbox" or action.dest.startswith("ray_"):
+            batch._add_action(action)
+    batch.add_argument("--no-compile", action="store_true", help="skip the torch.compile reference in the baseline")
+    batch.add_argument("--checks", type=int, default=5, help="seeded input sets per verification (default 5)")
+    batch.add_argument("--trials", type=int, default=100, help="minimum timed calls per contender (default 100)")
+    batch.add_argument("--min-seconds", type=float, default=0.5, help="minimum timing duration (default 0.5)")
+    batch.add_argument("--max-wall", type=float, default=None, help="wall-time budget of each problem's run, s")
+    batch.add_argument("--max-tokens", type=int, default=None, help="token budget of each problem's run")
+    batch.add_argument("--max-dollars", type=float, default=None, help="dollar budget of each problem's run")
+    batch.add_argument("--parallel", type=int, default=1, help="problems searched at once (default 1)")
+    batch.add_argument("--budget-s", type=float, default=None, help="start no new problem after this many seconds")
+    batch.add_argument("--only", default="", help="comma-separated name patterns or substrings to keep")
+    batch.add_argument("--fresh-check", action="store_true", help="re-check each selected kernel on fresh seeds")
+    batch.add_argument("--runs-dir", default=None, help="where run folders go (default ./runs or $KFORGE_RUNS_DIR)")
+    batch.add_argument("--out", default=None, help="where batch.md and batch.json go (default: the runs dir)")
+    batch.add_argument("--merge", action="store_true", help="combine the batch.json files given into one table")
+    batch.set_defaults(func=cmd_batch)
 
     resume = sub.add_parser("resume", help="continue a stopped or crashed run")
     resume.add_argument("run", help="run id or folder")

@@ -1,7 +1,7 @@
 """Sandbox backends' configuration: one pydantic class per backend, told apart by ``type``.
 
 ``make_sandbox`` imports a backend's module only when it is asked for, so a machine without the
-docker SDK or engine (or, later, Ray) can still use the local backend.
+docker SDK or engine, or without Ray, can still use the local backend.
 """
 
 from __future__ import annotations
@@ -69,7 +69,26 @@ class DockerSandboxConfig(BaseModel):
     output_tail_bytes: int = 4096
 
 
-SandboxConfig = Annotated[LocalSandboxConfig | DockerSandboxConfig, Field(discriminator="type")]
+class RaySandboxConfig(BaseModel):
+    """Each job a Ray task on a cluster; inside it, the local backend's fresh worker process.
+
+    A CUDA job asks Ray for one GPU (so timing holds it alone), a CPU job for ``cpus_per_job`` cores.
+    Every node needs the same checkout and environment as this machine: the task imports kernelforge.
+    """
+
+    type: Literal["ray"] = "ray"
+    address: str | None = Field(
+        None, description="the cluster's address (host:port of `ray start --head`); None: $RAY_ADDRESS, else local"
+    )
+    cpus_per_job: float = Field(1.0, gt=0, description="CPU cores a job asks Ray for (CUDA jobs too)")
+    max_retries: int = Field(3, ge=0, description="re-runs of a job whose Ray worker or node died")
+    env_allow: tuple[str, ...] = DEFAULT_ENV_ALLOW
+    keep_scratch: bool = Field(False, description="keep each job's scratch folder (on the node that ran it)")
+    output_tail_bytes: int = 4096
+
+
+SandboxConfig = Annotated[LocalSandboxConfig | DockerSandboxConfig | RaySandboxConfig, Field(discriminator="type")]
+AnySandboxConfig = LocalSandboxConfig | DockerSandboxConfig | RaySandboxConfig
 
 
 class Sandbox(Protocol):
@@ -78,7 +97,7 @@ class Sandbox(Protocol):
         ...
 
 
-def make_sandbox(config: LocalSandboxConfig | DockerSandboxConfig | None = None) -> Sandbox:
+def make_sandbox(config: AnySandboxConfig | None = None) -> Sandbox:
     config = config or LocalSandboxConfig()
     if config.type == "local":
         from sandbox.local import LocalSandbox
@@ -88,4 +107,8 @@ def make_sandbox(config: LocalSandboxConfig | DockerSandboxConfig | None = None)
         from sandbox.docker import DockerSandbox
 
         return DockerSandbox(config)
+    if config.type == "ray":
+        from sandbox.ray import RaySandbox  # raises EnvironmentProblem, one line, without Ray installed
+
+        return RaySandbox(config)
     raise ConfigError(f"unknown sandbox type {config.type!r}")

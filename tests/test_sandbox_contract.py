@@ -2,11 +2,14 @@
 candidates that misbehave.
 
 Every job runs the real worker on the CPU twin of the softmax problem: in the local backend both
-ways it launches (forked from the fork server, the default, and as a new interpreter), and in the
-docker backend inside a locked-down container. The docker backend's tests skip where no Docker engine
-or sandbox image is available (`kforge sandbox build` makes the image), unless KFORGE_REQUIRE_DOCKER is
-set, as `.ci/run` does: then they fail. Some containment needs the container (network, files outside
-scratch, a fork bomb, host memory): those cases run against the docker backend only.
+ways it launches (forked from the fork server, the default, and as a new interpreter), in the
+docker backend inside a locked-down container, and in the Ray backend as tasks on a real local Ray
+cluster (a head and two worker nodes on loopback, started once for this module). The docker backend's
+tests skip where no Docker engine or sandbox image is available (`kforge sandbox build` makes the
+image), unless KFORGE_REQUIRE_DOCKER is set, as `.ci/run` does: then they fail; likewise the Ray
+backend's where Ray cannot start, unless KFORGE_REQUIRE_RAY is set. Some containment needs the
+container (network, files outside scratch, a fork bomb, host memory): those cases run against the
+docker backend only.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -60,8 +64,21 @@ def docker_sandbox() -> Sandbox:
     return _DOCKER
 
 
-@pytest.fixture(params=[*sorted(SANDBOXES), "docker"])
+@pytest.fixture(scope="module")
+def ray_sandbox() -> Iterator[Sandbox]:
+    from tests.test_ray import ray_cluster
+
+    with ray_cluster() as cluster:
+        from sandbox.config import RaySandboxConfig
+        from sandbox.ray import RaySandbox
+
+        yield RaySandbox(RaySandboxConfig(address=cluster.address))
+
+
+@pytest.fixture(params=[*sorted(SANDBOXES), "docker", "ray"])
 def sandbox(request: pytest.FixtureRequest) -> Sandbox:
+    if request.param == "ray":
+        return request.getfixturevalue("ray_sandbox")
     return docker_sandbox() if request.param == "docker" else SANDBOXES[request.param]
 
 
@@ -185,7 +202,7 @@ def test_api_keys_never_reach_the_candidate(sandbox: Sandbox, monkeypatch: pytes
 def test_children_left_behind_are_killed(sandbox: Sandbox) -> None:
     result = run(sandbox, HOSTILE / "leave_child.py")
     assert result.status == "rejected" and result.reason.startswith("thread: child process"), result.reason
-    if not isinstance(sandbox, LocalSandbox):
+    if hasattr(sandbox, "leftovers"):  # the container's own accounting
         assert sandbox.leftovers() == ([], [])  # type: ignore[attr-defined]
         return
     pid = int(re.search(r"CHILD (\d+)", printed(result)).group(1))  # type: ignore[union-attr]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -133,6 +134,8 @@ def suite(*args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any],
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "suite.py"), *args],
         cwd=ROOT,
+        # A fixed commit name: an edit elsewhere in the checkout mid-test would add "-dirty" and defeat the reuse.
+        env={**os.environ, "KFORGE_COMMIT": "test-suite"},
         capture_output=True,
         text=True,
         timeout=300,

@@ -1,0 +1,280 @@
+"""One problem of a batch, in a process of its own: search (or resume) it, then optionally re-check
+its kernel on fresh seeds.
+
+A process per problem, not a thread: each search configures logging into its own events.jsonl, and
+the orchestrator's torch state (RNG seeds, device and dispatch modes of the metadata pass) is global.
+What the process did is written to the run folder (``batch_record.json``), never returned in memory,
+so a batch that is killed still finds it there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import structlog
+
+from graphs.batch.problems import reason_for
+from graphs.builder import build_graph
+from graphs.config import RunConfig
+from graphs.launch import make_context
+from graphs.logs import configure_logging
+from graphs.runs import RunPaths, checkpointer, load_state, thread_config
+from graphs.state import best_candidate
+from sandbox.config import Sandbox, make_sandbox
+from sandbox.protocol import CeilingsJob, EvalJob, JobResult
+from tools.device import device_memory_bytes
+from tools.evaluation import evaluate
+from tools.paths import cache_dir
+from tools.problem import Problem, load_problem
+
+log = structlog.get_logger(__name__)
+
+RECORD = "batch_record.json"  # what a batch adds to a run folder: its wall time, errors, the re-check
+LOCK = "batch.lock"  # held by the process working on a run, so that two batches never share one
+# The re-check's seed. The worker derives input seeds as seed * 1_000_003 + i + 1 and builds the weights
+# from the seed itself, so this gives inputs and weights that neither the coder (seed 0) nor the
+# profiler (seed 1) of the run ever saw.
+FRESH_SEED = 7919
+# Backends whose jobs land on this host's device: their timing jobs must take turns. A cluster backend
+# (Ray) gives each job a device of its own, so it needs no gate.
+HOST_BACKENDS = ("local", "docker")
+WATCH_S = 1.0
+
+
+def read_record(paths: RunPaths) -> dict[str, Any]:
+    file = paths.dir / RECORD
+    return json.loads(file.read_text()) if file.exists() else {}
+
+
+def write_record(paths: RunPaths, record: dict[str, Any]) -> None:
+    (paths.dir / RECORD).write_text(json.dumps(record, indent=1))
+
+
+# ------------------------------------------------------------------------------------------- locks
+
+
+@contextlib.contextmanager
+def _flock(path: Path, blocking: bool = True) -> Iterator[bool]:
+    """An advisory lock on ``path`` (created if need be), released when the block ends or the process dies."""
+    handle: IO[str] = path.open("a")
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        handle.close()  # closing releases the lock
+
+
+def run_is_busy(paths: RunPaths) -> bool:
+    """Is a live process (of this batch or another) working on this run now?"""
+    with _flock(paths.dir / LOCK, blocking=False) as got:
+        return not got
+
+
+def gate_path(config: RunConfig) -> Path | None:
+    """The lock file that timing jobs on this run's device take turns on, or None for a cluster backend.
+
+    One lock per device kind for the whole host (in the shared cache folder), so that concurrent batches
+    and suites on one machine do not time over each other either.
+    """
+    if config.sandbox.type not in HOST_BACKENDS:
+        return None
+    return cache_dir("locks") / f"timing-{config.device}.lock"
+
+
+def is_timed(job: EvalJob | CeilingsJob) -> bool:
+    if isinstance(job, CeilingsJob):
+        return True
+    return job.candidate_source is None or job.time_candidate
+
+
+class TimingGate:
+    """A sandbox whose timing jobs hold the device alone; compile-and-check jobs go straight through.
+
+    Timing needs the device to itself (a concurrent kernel steals bandwidth and SMs from the timed one);
+    compiling and checking do not, and they are most of a search's jobs.
+    """
+
+    def __init__(self, inner: Sandbox, lock: Path) -> None:
+        self.inner = inner
+        self.lock = lock
+
+    def run(self, job: EvalJob | CeilingsJob) -> JobResult:
+        if not is_timed(job):
+            return self.inner.run(job)
+        with _flock(self.lock):
+            return self.inner.run(job)
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if close:
+            close()
+
+    def __getattr__(self, name: str) -> Any:  # anything else a backend offers (leftovers, ...) passes through
+        return getattr(self.inner, name)
+
+
+# ---------------------------------------------------------------------------------------- the work
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """What the process for one problem is asked to do; it crosses the process boundary, so it pickles."""
+
+    problem: str
+    name: str
+    run_dir: str
+    config_json: str
+    resume: bool
+    search: bool  # False: the run is finished and only its re-check is wanted
+    fresh_check: bool
+    verbose: bool
+    say: Callable[[str], None] | None = None
+
+
+def _fmt_ms(v: float | None) -> str:
+    return "—" if v is None else f"{v:.4f} ms"
+
+
+def progress(name: str, say: Callable[[str], None] | None) -> Callable[[str, dict[str, Any]], None]:
+    """One line per round: a batch runs many problems, so the per-node chatter of `kforge run` is too much."""
+
+    def show(node: str, update: dict[str, Any]) -> None:
+        if say is None:
+            return
+        if node == "baseline" and update.get("baseline"):
+            b = update["baseline"]
+            say(f"  [{name}] baseline: eager {_fmt_ms(b['eager_ms'])}, compile {_fmt_ms(b['compile_ms'])}")
+        elif node == "critic":
+            say(f"  [{name}] round done: best {update.get('best_id') or 'the reference'}")
+        if update.get("stop_reason"):
+            say(f"  [{name}] stop: {update['stop_reason']}")
+
+    return show
+
+
+def stream(config: RunConfig, paths: RunPaths, resume: bool, on_update: Callable[[str, dict[str, Any]], None]) -> None:
+    """graphs.launch.stream_run, with the run's sandbox behind the timing gate.
+
+    stream_run makes its sandbox itself and takes none; this is its loop with one line added (the gate).
+    """
+    ctx = make_context(config, paths)
+    lock = gate_path(config)
+    if lock is not None:
+        ctx.sandbox = TimingGate(ctx.sandbox, lock)
+    graph = build_graph(ctx).compile(checkpointer=checkpointer(paths))
+    inputs = None if resume else {"run_id": paths.run_id, "started_at": time.time()}
+    structlog.contextvars.bind_contextvars(run_id=paths.run_id)
+    try:
+        for chunk in graph.stream(
+            inputs, thread_config(paths, config.recursion_limit), stream_mode="updates", durability="sync"
+        ):
+            for node, update in chunk.items():
+                on_update(node, update or {})
+    finally:
+        structlog.contextvars.unbind_contextvars("run_id")
+        close = getattr(ctx.sandbox, "close", None)
+        if close:
+            close()
+
+
+def fresh_check(problem: Problem, source: str, config: RunConfig) -> dict[str, Any]:
+    """Re-verify the selected kernel on fresh seeds and weights, as `kforge eval` would (no timing)."""
+    sandbox = make_sandbox(config.sandbox)
+    try:
+        ev = evaluate(
+            problem,
+            source,
+            sandbox=sandbox,
+            device=config.device,
+            available_bytes=device_memory_bytes(config.device),
+            candidate_name="best/model_new.py",
+            policy=config.policy,
+            references=("eager",),
+            n_checks=config.n_checks,
+            seed=FRESH_SEED,
+            time_candidate=False,
+            with_roofline=False,
+        )
+    finally:
+        close = getattr(sandbox, "close", None)
+        if close:
+            close()
+    c = ev.result.correctness
+    return {
+        "accepted": ev.accepted,
+        "status": ev.status,
+        "reason": ev.result.reason,
+        "anti_cheat": ev.anti_cheat,
+        "seed": FRESH_SEED,
+        "passed": sum(k.passed for k in c.checks) if c else 0,
+        "checks": len(c.checks) if c else 0,
+        "input_seeds": [k.seed for k in c.checks] if c else [],
+        "max_abs_error": c.worst("max_abs_error") if c else None,
+        "wall_s": ev.result.wall_s,
+    }
+
+
+def _watch_parent() -> None:
+    """End this process (as Ctrl-C would, so that its sandbox is closed) when the batch that started it
+    is gone: an orphaned search would race a restarted batch that resumes the same run."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(WATCH_S)
+        log.warning("batch_parent_gone", pid=os.getpid())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=watch, daemon=True, name="kforge-batch-watch").start()
+
+
+def work(a: Assignment) -> None:
+    """The body of a problem's process. Any failure is written to the run's record (and its traceback
+    logged) and ends the process with exit code 1; the batch reads the record to make the row."""
+    _watch_parent()
+    paths = RunPaths(Path(a.run_dir))
+    configure_logging(a.verbose, paths.events)
+    config = RunConfig.model_validate_json(a.config_json)
+    with _flock(paths.dir / LOCK):
+        record = read_record(paths)
+        for key in ("error", "fresh_check_error"):
+            record.pop(key, None)
+        start = time.perf_counter()
+        try:
+            if a.search:
+                stream(config, paths, a.resume, progress(a.name, a.say))
+        except Exception as exc:
+            log.exception("batch_search_failed", problem=a.name)
+            record["error"] = reason_for(exc, config.device, Path(a.problem))
+        finally:
+            # The search's wall time is what processes spent in it, summed over sessions (a resumed run
+            # does not count the time it lay dead).
+            if a.search:
+                record["search_wall_s"] = record.get("search_wall_s", 0.0) + time.perf_counter() - start
+                record["sessions"] = record.get("sessions", 0) + 1
+            write_record(paths, record)
+        best = best_candidate(load_state(paths))  # type: ignore[arg-type]
+        if "error" not in record and a.fresh_check and best is not None and "fresh_check" not in record:
+            try:
+                record["fresh_check"] = fresh_check(load_problem(a.problem), best["source"], config)
+            except Exception as exc:  # the check could not run (not: the kernel failed it); a later batch retries
+                log.exception("batch_fresh_check_failed", problem=a.name)
+                record["fresh_check_error"] = reason_for(exc, config.device, Path(a.problem))
+            write_record(paths, record)
+        configure_logging(a.verbose, None)
+    if "error" in record or "fresh_check_error" in record:
+        raise SystemExit(1)
