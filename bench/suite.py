@@ -39,7 +39,7 @@ from graphs import batch  # noqa: E402
 from graphs.batch.rows import NO_FAMILY, verified  # noqa: E402
 from graphs.batch.runner import FRESH_SEED  # noqa: E402
 from graphs.batch.table import device_name, mib, x  # noqa: E402
-from graphs.cli import sandbox_config  # noqa: E402
+from graphs.cli import add_sandbox_options, sandbox_config  # noqa: E402
 from graphs.config import Budgets, RunConfig  # noqa: E402
 from graphs.logs import configure_logging  # noqa: E402
 from sandbox.protocol import TimingConfig  # noqa: E402
@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget-s", type=float, default=None, help="start no new problem after this many seconds")
     p.add_argument("--parallel", type=int, default=1, help="problems searched at once (default 1)")
     p.add_argument("--no-fresh-check", action="store_true", help="skip re-verifying the selected kernels")
-    p.add_argument("--sandbox", default="local", choices=["local", "docker"])
+    add_sandbox_options(p)
     p.add_argument("--runs-dir", type=Path, default=Path("runs/suite"), help="run folders (default runs/suite)")
     p.add_argument("--out", type=Path, default=None, help="where suite.md and suite.json go (default: --runs-dir)")
     p.add_argument("--only", default="", help="comma-separated name patterns or substrings to keep")
@@ -168,7 +168,7 @@ def run_config(args: argparse.Namespace, device: str) -> RunConfig:
         rounds=args.rounds,
         ideas=args.ideas,
         budgets=Budgets(wall_s=args.max_wall),
-        sandbox=sandbox_config(args.sandbox),
+        sandbox=sandbox_config(args),
         compile_reference=not args.no_compile,
         n_checks=args.checks,
         timing=TimingConfig(min_trials=args.trials, min_seconds=args.min_seconds),

@@ -30,6 +30,7 @@ PROVIDER_KEYS = ("OPENAI_API_KEY", "GOOGLE_API_KEY", "GEMINI_API_KEY", "ANTHROPI
 EXIT_OK, EXIT_REJECTED = 0, 1
 DEMO_PROBLEM = {"cuda": "softmax_4096x65536", "cpu": "softmax_small"}
 RAY_ADDRESS_HELP = "with --sandbox ray: the cluster's head, host:port (default: $RAY_ADDRESS, else a local Ray)"
+GPUS_HELP = "GPUs CUDA jobs are spread over, indices or UUIDs, e.g. 0,1 (default: every visible one, of one model)"
 
 
 def resolve_problem(arg: str) -> Path:
@@ -119,14 +120,28 @@ if TYPE_CHECKING:
 # ---------------------------------------------------------------------------------------- commands
 
 
-def sandbox_config(name: str, ray_address: str | None = None) -> AnySandboxConfig:
+def add_sandbox_options(parser: argparse.ArgumentParser) -> None:
+    """--sandbox and the options of its backends, the same for every command that runs jobs."""
+    parser.add_argument("--sandbox", default="local", choices=["local", "docker", "ray"])
+    parser.add_argument("--ray-address", default=None, help=RAY_ADDRESS_HELP)
+    parser.add_argument("--gpus", default=None, help=GPUS_HELP)
+
+
+def sandbox_config(args: argparse.Namespace) -> AnySandboxConfig:
+    """The backend configuration the options of ``add_sandbox_options`` ask for."""
     from sandbox.config import DockerSandboxConfig, LocalSandboxConfig, RaySandboxConfig
 
+    name, ray_address, gpus = args.sandbox, args.ray_address, args.gpus
     if ray_address and name != "ray":
         raise ConfigError("--ray-address needs --sandbox ray")
     if name == "ray":
+        if gpus:
+            raise ConfigError("--gpus is for the local and docker backends: on Ray, the cluster places each job")
         return RaySandboxConfig(address=ray_address)
-    return DockerSandboxConfig() if name == "docker" else LocalSandboxConfig()
+    pool = [g.strip() for g in gpus.split(",")] if gpus else None
+    if pool is not None and not all(pool):
+        raise ConfigError(f"--gpus {gpus!r}: give GPU indices or UUIDs separated by commas, e.g. 0,1")
+    return DockerSandboxConfig(gpus=pool) if name == "docker" else LocalSandboxConfig(gpus=pool)
 
 
 def cmd_sandbox(args: argparse.Namespace) -> int:
@@ -160,7 +175,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     evaluation = evaluate(
         problem,
         source,
-        sandbox=make_sandbox(sandbox_config(args.sandbox, args.ray_address)),
+        sandbox=make_sandbox(sandbox_config(args)),
         device=device,  # type: ignore[arg-type]
         available_bytes=device_memory_bytes(device),
         candidate_name=str(args.candidate),
@@ -244,7 +259,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             budgets=Budgets(
                 wall_s=args.max_wall, tokens=args.max_tokens, dollars=args.max_dollars, gpu_s=args.max_gpu_s
             ),
-            sandbox=sandbox_config(args.sandbox, args.ray_address),
+            sandbox=sandbox_config(args),
             compile_reference=not args.no_compile,
         )
     except ValidationError as exc:
@@ -296,7 +311,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
             ideas=args.ideas,
             repair_attempts=args.repairs,
             budgets=Budgets(wall_s=args.max_wall, tokens=args.max_tokens, dollars=args.max_dollars),
-            sandbox=sandbox_config(args.sandbox, args.ray_address),
+            sandbox=sandbox_config(args),
             compile_reference=not args.no_compile,
             n_checks=args.checks,
             timing=TimingConfig(min_trials=args.trials, min_seconds=args.min_seconds),
@@ -478,8 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--no-compile", action="store_true", help="skip the torch.compile reference")
     ev.add_argument("--timeout", type=float, default=600.0, help="wall-clock limit of the job in seconds")
     ev.add_argument("--json", action="store_true", help="print the full evaluation as JSON")
-    ev.add_argument("--sandbox", default="local", choices=["local", "docker", "ray"])
-    ev.add_argument("--ray-address", default=None, help=RAY_ADDRESS_HELP)
+    add_sandbox_options(ev)
     ev.set_defaults(func=cmd_eval)
 
     run = sub.add_parser("run", help="search for a faster kernel with the agent team")
@@ -493,8 +507,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--repairs", type=int, default=2, help="repair attempts per candidate (LLM coder)")
     run.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     run.add_argument("--policy", default="relaxed", choices=["relaxed", "strict"])
-    run.add_argument("--sandbox", default="local", choices=["local", "docker", "ray"])
-    run.add_argument("--ray-address", default=None, help=RAY_ADDRESS_HELP)
+    add_sandbox_options(run)
     run.add_argument("--roles", default=None, help="comma-separated role list (default planner,coder,profiler,critic)")
     run.add_argument("--no-compile", action="store_true", help="skip the torch.compile reference in the baseline")
     run.add_argument("--max-wall", type=float, default=None, help="wall-time budget in seconds")
@@ -517,11 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--repairs", type=int, default=2, help="repair attempts per candidate (LLM coder)")
     batch.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     batch.add_argument("--policy", default="relaxed", choices=["relaxed", "strict"])
-    # The very option objects of `run` (--sandbox and any backend option beside it), so that a backend added
-    # there is offered here too and reaches sandbox_config the same way.
-    for action in run._actions:
-        if action.dest == "sandbox" or action.dest.startswith("ray_"):
-            batch._add_action(action)
+    add_sandbox_options(batch)
     batch.add_argument("--no-compile", action="store_true", help="skip the torch.compile reference in the baseline")
     batch.add_argument("--checks", type=int, default=5, help="seeded input sets per verification (default 5)")
     batch.add_argument("--trials", type=int, default=100, help="minimum timed calls per contender (default 100)")

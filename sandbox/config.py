@@ -43,6 +43,12 @@ class LocalSandboxConfig(BaseModel):
     prefork: bool = Field(
         True, description="fork workers from a server that has imported torch (saves seconds per job)"
     )
+    gpus: list[str] | None = Field(
+        None, description="GPUs (indices or UUIDs) CUDA jobs are spread over, one model only; None: every visible one"
+    )
+    device_turns: bool = Field(
+        True, description="take host-wide turns on each device: a timing job holds its device alone (sandbox.devices)"
+    )
     output_tail_bytes: int = 4096
 
 
@@ -60,7 +66,9 @@ class DockerSandboxConfig(BaseModel):
     image: str = Field("kforge-sandbox:host", description="made by `kforge sandbox build` (a bare image)")
     python: str | None = Field(None, description="interpreter inside the container; None: this one's path")
     mounts: list[str] | None = Field(None, description="host paths bound read-only; None: the defaults")
-    gpus: list[str] = Field(["0"], description="one container per GPU index, pinned with a device request")
+    gpus: list[str] | None = Field(
+        None, description="GPUs (indices or UUIDs) jobs are spread over, a container each; None: every visible one"
+    )
     user: str = "65534:65534"
     memory: str = Field("16g", description="memory limit of a container (swap included)")
     pids: int = Field(512, description="process limit of a container: a fork bomb stops here")

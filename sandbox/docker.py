@@ -31,6 +31,7 @@ import structlog
 
 from sandbox.channel import KEY_BYTES
 from sandbox.config import DockerSandboxConfig
+from sandbox.devices import HostDevices
 from sandbox.protocol import CeilingsJob, EvalJob, JobResult
 from sandbox.verdict import how_it_ended, job_verdict
 from tools.errors import EnvironmentProblem
@@ -192,6 +193,7 @@ class DockerSandbox:
         os.chmod(self.jobs_dir, 0o755)  # the container's user reads job files; it cannot write them
         self._containers: dict[str | None, _Container] = {}
         self._lock = threading.Lock()
+        self._devices = HostDevices(self.config.gpus)
         atexit.register(self.close)  # containers must not outlive the run that started them
 
     @staticmethod
@@ -245,7 +247,10 @@ class DockerSandbox:
         container.remove()
 
     def _env(self, scratch: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k in self.config.env_allow and k != "KFORGE_CACHE_DIR"}
+        # The container's device request decides which GPU it sees (as its device 0): the host's
+        # CUDA_VISIBLE_DEVICES would name devices the container does not have.
+        dropped = ("KFORGE_CACHE_DIR", "CUDA_VISIBLE_DEVICES")
+        env = {k: v for k, v in os.environ.items() if k in self.config.env_allow and k not in dropped}
         env.update(
             HOME=scratch,
             TMPDIR=f"{scratch}/tmp",
@@ -259,8 +264,12 @@ class DockerSandbox:
         return env
 
     def run(self, job: EvalJob | CeilingsJob) -> JobResult:
-        bound = log.bind(job_id=job.job_id, kind=job.kind, backend="docker")
-        gpu = self.config.gpus[0] if job.device == "cuda" and self.config.gpus else None
+        # Host-wide turns, as the local backend takes them: a timing job has its device alone.
+        with self._devices.turn(job) as gpu:
+            return self._run_in_container(job, gpu.env_id if gpu else None)
+
+    def _run_in_container(self, job: EvalJob | CeilingsJob, gpu: str | None) -> JobResult:
+        bound = log.bind(job_id=job.job_id, kind=job.kind, backend="docker", gpu=gpu)
         job_file = self.jobs_dir / f"{job.job_id}.json"
         job_file.write_text(job.model_dump_json())
         os.chmod(job_file, 0o644)

@@ -1,5 +1,8 @@
 """The local backend: one job, one fresh worker process, its own session, scratch folder and env.
 
+A CUDA job runs on one GPU of the pool (every visible GPU by default), its worker pinned to it through
+CUDA_VISIBLE_DEVICES; a timing job holds its device alone (``sandbox.devices``).
+
 The worker starts in a new process group so a timeout kills everything it spawned; its environment
 is an allow-list (API keys never reach candidate code); its stdout and stderr go to files in a
 private scratch folder and are only ever shown, never parsed; its verdict arrives signed on a pipe.
@@ -23,9 +26,11 @@ import structlog
 
 from sandbox.channel import KEY_BYTES
 from sandbox.config import LocalSandboxConfig
+from sandbox.devices import HostDevices
 from sandbox.prefork import ForkedProcess, ForkServerClient, ForkServerDied
 from sandbox.protocol import CeilingsJob, EvalJob, JobResult
 from sandbox.verdict import how_it_ended, job_verdict
+from tools.device import VisibleGpu
 
 log = structlog.get_logger(__name__)
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -53,6 +58,8 @@ class LocalSandbox:
         self.config = config or LocalSandboxConfig()
         self._forkserver: ForkServerClient | None = None
         self._forkserver_lock = threading.Lock()
+        # Without turns the worker sees whatever GPUs this process does (a Ray task: the one Ray gave it).
+        self._devices = HostDevices(self.config.gpus) if self.config.device_turns else None
 
     @property
     def python(self) -> str:
@@ -73,18 +80,18 @@ class LocalSandbox:
             return self._forkserver
 
     def _launch(
-        self, job: EvalJob | CeilingsJob, scratch: Path, fds: list[int], job_path: Path
+        self, job: EvalJob | CeilingsJob, scratch: Path, fds: list[int], job_path: Path, env: dict[str, str]
     ) -> subprocess.Popen[bytes] | ForkedProcess:
         """Start the worker on (key pipe, stdout, stderr, verdict pipe): forked, or a new interpreter."""
         key_fd, out_fd, err_fd, verdict_fd = fds
         args = ["--job", str(job_path), "--result-fd", str(verdict_fd)]
         if self.config.prefork:
-            request = {"job": str(job_path), "cwd": str(scratch), "env": self._env(scratch)}
+            request = {"job": str(job_path), "cwd": str(scratch), "env": env}
             return self._fork_server().spawn(job.job_id, request, fds)
         return subprocess.Popen(
             [self.python, "-m", "sandbox.worker", *args],
             cwd=scratch,
-            env=self._env(scratch),
+            env=env,
             stdin=key_fd,
             stdout=out_fd,
             stderr=err_fd,
@@ -92,8 +99,10 @@ class LocalSandbox:
             start_new_session=True,
         )
 
-    def _env(self, scratch: Path) -> dict[str, str]:
+    def _env(self, scratch: Path, gpu: VisibleGpu | None = None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k in self.config.env_allow}
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpu.env_id
         # The worker imports kernelforge from this checkout, plus whatever the parent could import.
         pythonpath = [str(PROJECT_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
         env.update(
@@ -112,18 +121,33 @@ class LocalSandbox:
 
     def run(self, job: EvalJob | CeilingsJob) -> JobResult:
         bound = log.bind(job_id=job.job_id, kind=job.kind)
+        turn = self._devices.turn(job) if self._devices else contextlib.nullcontext()
+        with turn as gpu:
+            result = self._run_in_scratch(job, gpu, bound.bind(gpu_index=gpu.index) if gpu else bound)
+        if gpu is None:
+            return result
+        # "gpu" is the worker's own entry (the GPU's name); this one says which of the pool's GPUs it was.
+        return result.model_copy(update={"environment": {**result.environment, "gpu_index": gpu.index}})
+
+    def _run_in_scratch(
+        self, job: EvalJob | CeilingsJob, gpu: VisibleGpu | None, bound: structlog.typing.FilteringBoundLogger
+    ) -> JobResult:
         scratch = Path(tempfile.mkdtemp(prefix=f"kforge-{job.job_id}-"))
         os.chmod(scratch, 0o700)
         (scratch / "tmp").mkdir()
         try:
-            return self._run(job, scratch, bound)
+            return self._run(job, scratch, gpu, bound)
         finally:
             if not self.config.keep_scratch:
                 # A candidate may leave files it made read-only; what cannot be removed stays in $TMPDIR.
                 shutil.rmtree(scratch, ignore_errors=True)
 
     def _run(
-        self, job: EvalJob | CeilingsJob, scratch: Path, bound: structlog.typing.FilteringBoundLogger
+        self,
+        job: EvalJob | CeilingsJob,
+        scratch: Path,
+        gpu: VisibleGpu | None,
+        bound: structlog.typing.FilteringBoundLogger,
     ) -> JobResult:
         job_path = scratch / "job.json"
         job_path.write_text(job.model_dump_json())
@@ -142,7 +166,8 @@ class LocalSandbox:
         started = time.perf_counter()
         with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
             try:
-                proc = self._launch(job, scratch, [key_r, out.fileno(), err.fileno(), write_fd], job_path)
+                fds = [key_r, out.fileno(), err.fileno(), write_fd]
+                proc = self._launch(job, scratch, fds, job_path, self._env(scratch, gpu))
             finally:
                 os.close(key_r)
                 os.close(write_fd)

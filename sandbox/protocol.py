@@ -8,7 +8,7 @@ verdict; a candidate's crash, hang or wrong answer is a status here, never an ex
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
@@ -67,6 +67,11 @@ class EvalJob(BaseModel):
     arch: str | None = Field(None, description="NVRTC arch for the compile pre-check; None: the device's")
     timeout_s: float = Field(600.0, gt=0)
 
+    @property
+    def timed(self) -> bool:
+        """Does the job time anything (and so need its device to itself)?"""
+        return self.time_candidate and (bool(self.references) or self.candidate_source is not None)
+
 
 class CeilingsJob(BaseModel):
     """Measure the device's ceilings: copy bandwidth and matmul rates."""
@@ -75,6 +80,7 @@ class CeilingsJob(BaseModel):
     job_id: str = Field(default_factory=new_job_id)
     device: Device = "cuda"
     timeout_s: float = Field(300.0, gt=0)
+    timed: ClassVar[bool] = True  # it measures the device
 
 
 Job = Annotated[EvalJob | CeilingsJob, Field(discriminator="kind")]

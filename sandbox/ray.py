@@ -82,13 +82,13 @@ class _TaskSandbox(LocalSandbox):
     """The local backend as a Ray task runs it: a new interpreter per job, bound to the task's life."""
 
     def _launch(
-        self, job: EvalJob | CeilingsJob, scratch: Path, fds: list[int], job_path: Path
+        self, job: EvalJob | CeilingsJob, scratch: Path, fds: list[int], job_path: Path, env: dict[str, str]
     ) -> subprocess.Popen[bytes] | ForkedProcess:
         key_fd, out_fd, err_fd, verdict_fd = fds
         return subprocess.Popen(
             [self.python, "-m", "sandbox.worker", "--job", str(job_path), "--result-fd", str(verdict_fd)],
             cwd=scratch,
-            env=self._env(scratch),
+            env=env,
             stdin=key_fd,
             stdout=out_fd,
             stderr=err_fd,
@@ -114,6 +114,7 @@ class RaySandbox:
         self.config = config or RaySandboxConfig()
         self._local = LocalSandboxConfig(
             prefork=False,  # a fork server would outlive the task's worker, which max_calls=1 ends
+            device_turns=False,  # Ray places the jobs: a CUDA task gets a GPU of its own, pinned by Ray
             env_allow=self.config.env_allow,
             keep_scratch=self.config.keep_scratch,
             output_tail_bytes=self.config.output_tail_bytes,

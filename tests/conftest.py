@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -31,3 +33,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def assert_cuda_renderings_compile(renderings: Iterable[tuple[str, dict, str]]) -> None:
+    """NVRTC-compile each (template, params, source) for sm_90a, on every core at once (NVRTC releases
+    the GIL); fail on the first rendering with no kernel literal or a compile error."""
+    from tools.compile import check_candidate_cuda
+
+    renderings = list(renderings)
+    for template, params, src in renderings:
+        assert "class ModelNew(nn.Module)" in src, f"{template} {params}"
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        all_reports = list(pool.map(lambda r: check_candidate_cuda(r[2], arch="sm_90a"), renderings))
+    for (template, params, _), reports in zip(renderings, all_reports, strict=True):
+        assert reports, f"{template} {params}: no kernel literal found"
+        assert all(r.ok for r in reports), f"{template} {params}:\n{reports[0].log}"

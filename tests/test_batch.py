@@ -21,9 +21,9 @@ import torch
 from graphs.batch import fast_p, geomean, merge, reason_for, summarise
 from graphs.batch.problems import discover, explain, row_names
 from graphs.batch.rows import best_kernel, outcome, verified
-from graphs.cli import build_parser
+from graphs.cli import build_parser, sandbox_config
 from tests.conftest import PROBLEMS, ROOT
-from tools.errors import KernelforgeError, ProblemError
+from tools.errors import ConfigError, KernelforgeError, ProblemError
 
 # Tiny timing and checking settings: what is tested is the batch, not the kernels' numbers.
 FAST = ["--device", "cpu", "--rounds", "1", "--ideas", "1", "--checks", "2", "--trials", "10", "--min-seconds", "0.05"]
@@ -340,15 +340,32 @@ def test_discovery_takes_files_folders_and_globs_and_names_rows_apart(tmp_path: 
         discover([str(tmp_path / "nothing*")], [])
 
 
-def test_batch_offers_the_same_sandbox_backends_as_run() -> None:
+def test_every_command_that_runs_jobs_offers_the_same_sandbox_options() -> None:
+    from sandbox.config import DockerSandboxConfig, LocalSandboxConfig, RaySandboxConfig
+    from tests.test_suite import _load_script
+
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    sandbox = {name: next(a for a in sub.choices[name]._actions if a.dest == "sandbox") for name in ("run", "batch")}
-    assert sandbox["batch"] is sandbox["run"]  # one option: a backend added to `run` appears in `batch`
-    backend_options = {a.dest for a in sub.choices["run"]._actions if a.dest.startswith("ray_")}
-    assert backend_options <= {a.dest for a in sub.choices["batch"]._actions}  # and the options beside it
-    args = parser.parse_args(["batch", "problems", "--sandbox", "docker", "--parallel", "3"])
-    assert (args.sandbox, args.parallel, args.func.__name__) == ("docker", 3, "cmd_batch")
+
+    def options(p: argparse.ArgumentParser) -> dict[str, Any]:
+        return {a.dest: (a.choices, a.default) for a in p._actions if a.dest in ("sandbox", "ray_address", "gpus")}
+
+    offered = [options(sub.choices[name]) for name in ("eval", "run", "batch")]
+    offered.append(options(_load_script().build_parser()))  # bench/suite.py
+    assert len(offered[0]) == 3 and all(o == offered[0] for o in offered), offered
+    args = parser.parse_args(["batch", "problems", "--sandbox", "docker", "--parallel", "3", "--gpus", "0, 1"])
+    assert (args.parallel, args.func.__name__) == (3, "cmd_batch")
+    assert sandbox_config(args) == DockerSandboxConfig(gpus=["0", "1"])
+    assert sandbox_config(parser.parse_args(["run", "p"])) == LocalSandboxConfig()
+    ray = parser.parse_args(["run", "p", "--sandbox", "ray", "--ray-address", "h:1"])
+    assert sandbox_config(ray) == RaySandboxConfig(address="h:1")
+    for bad, message in (
+        (["--sandbox", "ray", "--gpus", "0"], "--gpus is for the local and docker backends"),
+        (["--gpus", "0,,1"], "give GPU indices or UUIDs"),
+        (["--ray-address", "h:1"], "--ray-address needs --sandbox ray"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            sandbox_config(parser.parse_args(["run", "p", *bad]))
 
 
 def test_slices_merge_into_one_batch_table(tmp_path: Path) -> None:

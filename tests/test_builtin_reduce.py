@@ -19,8 +19,7 @@ from agents.builtin.catalog import TEMPLATES, seeds
 from agents.builtin.recognise_reduce import split_dims
 from sandbox.local import LocalSandbox
 from sandbox.protocol import TimingConfig
-from tests.conftest import PROBLEMS
-from tools.compile import check_candidate_cuda
+from tests.conftest import PROBLEMS, assert_cuda_renderings_compile
 from tools.evaluation import evaluate
 from tools.problem import ProblemInfo, import_source, load_problem
 
@@ -286,12 +285,7 @@ def cuda_spread() -> list[tuple[str, dict]]:
 def test_every_cuda_rendering_compiles_with_nvrtc() -> None:
     spread = cuda_spread()
     assert len(spread) >= 60
-    for template, params in spread:
-        src = builtin.render(template, params, "cuda")
-        assert "class ModelNew(nn.Module)" in src
-        reports = check_candidate_cuda(src, arch="sm_90a")
-        assert reports, f"{template} {params}: no kernel literal found"
-        assert all(r.ok for r in reports), f"{template} {params}:\n{reports[0].log}"
+    assert_cuda_renderings_compile((t, p, builtin.render(t, p, "cuda")) for t, p in spread)
 
 
 def test_rmsnorm_candidates_hold_the_weight_at_the_references_path() -> None:

@@ -84,6 +84,24 @@ def test_tolerances() -> None:
     assert tolerance("relaxed", torch.float32) == (1e-2, 1e-2)
     assert tolerance("strict", torch.float32) == (1e-4, 1e-4)
     assert tolerance("strict", torch.bfloat16) == (1e-2, 1e-2)
+    for dtype in (torch.int64, torch.int32, torch.bool):
+        assert tolerance("relaxed", dtype) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("policy", ["relaxed", "strict"])
+def test_integer_outputs_must_match_exactly(policy: str) -> None:
+    index = torch.arange(1000, 1064)  # argmax-like: rtol=1e-2 would let each be ~10 off
+    off_by_one = index.clone()
+    off_by_one[5] += 1
+    result = compare(off_by_one, [index], None, policy, seed=1)  # type: ignore[arg-type]
+    assert not result.passed and "1 of 64 values differ (torch.int64 outputs must match exactly)" in result.reason
+    assert result.max_abs_error == 1.0
+    # Beyond 2**53 float64 rounds neighbours together; compared as integers they still differ.
+    big = torch.tensor([2**60, 2**60 + 2])
+    assert not compare(big + torch.tensor([0, 1]), [big], None, policy, seed=1).passed  # type: ignore[arg-type]
+    assert compare(index.clone(), [index], [index], policy, seed=1).passed  # type: ignore[arg-type]
+    mask = index % 3 == 0
+    assert not compare(~mask, [mask], None, policy, seed=1).passed  # type: ignore[arg-type]
 
 
 def test_mutated_inputs() -> None:

@@ -29,7 +29,10 @@ RELAXED = (1e-2, 1e-2)
 
 
 def tolerance(policy: Policy, dtype: torch.dtype) -> tuple[float, float]:
-    """(atol, rtol) for one output dtype under a policy."""
+    """(atol, rtol) for one output dtype under a policy; integer and bool outputs must match exactly."""
+    if not (dtype.is_floating_point or dtype.is_complex):
+        # Indices, counts and masks have one right answer: rtol=1e-2 would pass an argmax 10 off at 1000.
+        return (0.0, 0.0)
     return TOLERANCES[policy].get(dtype, RELAXED if policy == "relaxed" else (1e-4, 1e-4))
 
 
@@ -69,6 +72,18 @@ def compare(
         if a.is_floating_point() and bool(torch.isnan(a).any()):
             return CheckResult(seed=seed, passed=False, reason=f"{where} contains NaN")
         atol, rtol = tolerance(policy, e.dtype)
+        if not (e.is_floating_point() or e.is_complex()):
+            # Compared as integers: through float64, int64 values above 2**53 would round together.
+            wrong = a.detach() != e
+            if bool(wrong.any()):
+                return CheckResult(
+                    seed=seed,
+                    passed=False,
+                    reason=f"{where}: {int(wrong.sum())} of {e.numel()} values differ ({e.dtype} outputs must match "
+                    "exactly)",
+                    max_abs_error=float((a.detach().double() - e.double()).abs().max()),
+                )
+            continue
         a64, e64 = a.detach().double(), e.double()
         if a.is_floating_point() and not torch.equal(torch.isinf(a64), torch.isinf(e64)):
             return CheckResult(

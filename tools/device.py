@@ -6,6 +6,7 @@ import os
 import platform
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -46,6 +47,43 @@ def device_memory_bytes(device: str) -> int:
             return int(float(rows[0].split(",")[0])) << 20
         return torch.cuda.get_device_properties(0).total_memory
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+@dataclass(frozen=True)
+class VisibleGpu:
+    """A GPU this process may use. ``index`` is how a user names it (nvidia-smi's index, or the entry of
+    $CUDA_VISIBLE_DEVICES); ``env_id`` is what a worker's CUDA_VISIBLE_DEVICES gets: the UUID where
+    known, because CUDA's own device order need not be nvidia-smi's."""
+
+    index: str
+    uuid: str | None
+    name: str
+
+    @property
+    def env_id(self) -> str:
+        return self.uuid or self.index
+
+
+def visible_gpus() -> list[VisibleGpu]:
+    """The GPUs this process may use, in $CUDA_VISIBLE_DEVICES order when it is set."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    rows = _nvidia_smi("index,uuid,name")
+    if rows is None:  # no nvidia-smi: ask torch, which knows no UUIDs
+        if not cuda_available():
+            return []
+        n = torch.cuda.device_count()
+        names = env.split(",")[:n] if env else [str(i) for i in range(n)]
+        return [VisibleGpu(name.strip(), None, torch.cuda.get_device_name(i)) for i, name in enumerate(names)]
+    gpus = [VisibleGpu(*(field.strip() for field in row.split(",", 2))) for row in rows]
+    if env is None:
+        return gpus
+    chosen = []
+    for entry in (e.strip() for e in env.split(",")):
+        found = [g for g in gpus if entry and (entry == g.index or (g.uuid or "").startswith(entry))]
+        if len(found) != 1:
+            break  # as CUDA does: enumeration stops at the first entry that names no one device
+        chosen.append(found[0])
+    return chosen
 
 
 def cpu_name() -> str:

@@ -4,7 +4,8 @@ its kernel on fresh seeds.
 A process per problem, not a thread: each search configures logging into its own events.jsonl, and
 the orchestrator's torch state (RNG seeds, device and dispatch modes of the metadata pass) is global.
 What the process did is written to the run folder (``batch_record.json``), never returned in memory,
-so a batch that is killed still finds it there.
+so a batch that is killed still finds it there. Concurrent problems share the host's devices through
+the sandbox backend's turns (``sandbox.devices``): a timing job always has its device to itself.
 """
 
 from __future__ import annotations
@@ -24,17 +25,14 @@ from typing import IO, Any
 import structlog
 
 from graphs.batch.problems import reason_for
-from graphs.builder import build_graph
 from graphs.config import RunConfig
-from graphs.launch import make_context
+from graphs.launch import stream_run
 from graphs.logs import configure_logging
-from graphs.runs import RunPaths, checkpointer, load_state, thread_config
+from graphs.runs import RunPaths, load_state
 from graphs.state import best_candidate
-from sandbox.config import Sandbox, make_sandbox
-from sandbox.protocol import CeilingsJob, EvalJob, JobResult
+from sandbox.config import make_sandbox
 from tools.device import device_memory_bytes
 from tools.evaluation import evaluate
-from tools.paths import cache_dir
 from tools.problem import Problem, load_problem
 
 log = structlog.get_logger(__name__)
@@ -45,9 +43,6 @@ LOCK = "batch.lock"  # held by the process working on a run, so that two batches
 # from the seed itself, so this gives inputs and weights that neither the coder (seed 0) nor the
 # profiler (seed 1) of the run ever saw.
 FRESH_SEED = 7919
-# Backends whose jobs land on this host's device: their timing jobs must take turns. A cluster backend
-# (Ray) gives each job a device of its own, so it needs no gate.
-HOST_BACKENDS = ("local", "docker")
 WATCH_S = 1.0
 
 
@@ -82,49 +77,6 @@ def run_is_busy(paths: RunPaths) -> bool:
     """Is a live process (of this batch or another) working on this run now?"""
     with _flock(paths.dir / LOCK, blocking=False) as got:
         return not got
-
-
-def gate_path(config: RunConfig) -> Path | None:
-    """The lock file that timing jobs on this run's device take turns on, or None for a cluster backend.
-
-    One lock per device kind for the whole host (in the shared cache folder), so that concurrent batches
-    and suites on one machine do not time over each other either.
-    """
-    if config.sandbox.type not in HOST_BACKENDS:
-        return None
-    return cache_dir("locks") / f"timing-{config.device}.lock"
-
-
-def is_timed(job: EvalJob | CeilingsJob) -> bool:
-    if isinstance(job, CeilingsJob):
-        return True
-    return job.candidate_source is None or job.time_candidate
-
-
-class TimingGate:
-    """A sandbox whose timing jobs hold the device alone; compile-and-check jobs go straight through.
-
-    Timing needs the device to itself (a concurrent kernel steals bandwidth and SMs from the timed one);
-    compiling and checking do not, and they are most of a search's jobs.
-    """
-
-    def __init__(self, inner: Sandbox, lock: Path) -> None:
-        self.inner = inner
-        self.lock = lock
-
-    def run(self, job: EvalJob | CeilingsJob) -> JobResult:
-        if not is_timed(job):
-            return self.inner.run(job)
-        with _flock(self.lock):
-            return self.inner.run(job)
-
-    def close(self) -> None:
-        close = getattr(self.inner, "close", None)
-        if close:
-            close()
-
-    def __getattr__(self, name: str) -> Any:  # anything else a backend offers (leftovers, ...) passes through
-        return getattr(self.inner, name)
 
 
 # ---------------------------------------------------------------------------------------- the work
@@ -164,31 +116,6 @@ def progress(name: str, say: Callable[[str], None] | None) -> Callable[[str, dic
             say(f"  [{name}] stop: {update['stop_reason']}")
 
     return show
-
-
-def stream(config: RunConfig, paths: RunPaths, resume: bool, on_update: Callable[[str, dict[str, Any]], None]) -> None:
-    """graphs.launch.stream_run, with the run's sandbox behind the timing gate.
-
-    stream_run makes its sandbox itself and takes none; this is its loop with one line added (the gate).
-    """
-    ctx = make_context(config, paths)
-    lock = gate_path(config)
-    if lock is not None:
-        ctx.sandbox = TimingGate(ctx.sandbox, lock)
-    graph = build_graph(ctx).compile(checkpointer=checkpointer(paths))
-    inputs = None if resume else {"run_id": paths.run_id, "started_at": time.time()}
-    structlog.contextvars.bind_contextvars(run_id=paths.run_id)
-    try:
-        for chunk in graph.stream(
-            inputs, thread_config(paths, config.recursion_limit), stream_mode="updates", durability="sync"
-        ):
-            for node, update in chunk.items():
-                on_update(node, update or {})
-    finally:
-        structlog.contextvars.unbind_contextvars("run_id")
-        close = getattr(ctx.sandbox, "close", None)
-        if close:
-            close()
 
 
 def fresh_check(problem: Problem, source: str, config: RunConfig) -> dict[str, Any]:
@@ -256,7 +183,7 @@ def work(a: Assignment) -> None:
         start = time.perf_counter()
         try:
             if a.search:
-                stream(config, paths, a.resume, progress(a.name, a.say))
+                stream_run(config, paths, resume=a.resume, on_update=progress(a.name, a.say))
         except Exception as exc:
             log.exception("batch_search_failed", problem=a.name)
             record["error"] = reason_for(exc, config.device, Path(a.problem))

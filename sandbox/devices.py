@@ -1,0 +1,173 @@
+"""Whose turn it is on each device of this host: the local and docker backends' job placement.
+
+A timing job needs its device to itself (a concurrent kernel steals bandwidth and SMs from the timed
+one, a concurrent CPU check steals cores); a correctness check only needs a device, and checks share
+one. A CUDA job goes to one of the pool's GPUs (the least busy, as this process sees it, that is free
+for it), a CPU job to the host's one CPU device.
+
+Turns are advisory file locks in the shared cache folder, so every kforge process of the host takes
+them together (the problems of a batch, a suite, a `kforge run` started beside them), and a process
+that dies releases its turns with it. Each device has two lock files: a turnstile and the device
+itself. A check passes the turnstile and then holds the device shared; a timing job holds the
+turnstile while it waits for the checks in flight to end and then holds the device exclusively, so a
+stream of checks cannot keep it waiting for good.
+
+Which GPU ran a job never changes its verdict, and every speedup is a ratio of two times taken in one
+job on one GPU. Absolute times are only held against the roofline of the GPU model, which is why a
+pool takes GPUs of one model only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+import structlog
+
+from tools.errors import ConfigError, EnvironmentProblem
+from tools.paths import cache_dir
+
+if TYPE_CHECKING:  # both import torch: a process that only takes turns need not
+    from sandbox.protocol import CeilingsJob, EvalJob
+    from tools.device import VisibleGpu
+
+log = structlog.get_logger(__name__)
+POLL_S = 0.05  # between rounds of non-blocking tries when every device is taken
+CPU = "cpu"
+
+
+def _lock_name(device: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in device)
+
+
+def _flock(path: Path, mode: int, blocking: bool) -> IO[str] | None:
+    """``path``'s advisory lock in ``mode``, held until the handle is closed; None if not free at once."""
+    handle: IO[str] = path.open("a")
+    try:
+        fcntl.flock(handle, mode | (0 if blocking else fcntl.LOCK_NB))
+    except BlockingIOError:
+        handle.close()
+        return None
+    except BaseException:
+        handle.close()
+        raise
+    return handle
+
+
+class DeviceTurns:
+    """Host-wide turns on a set of devices: ``hold(exclusive)`` yields the device a job may use."""
+
+    def __init__(self, devices: Sequence[str], lock_dir: Path, lock_names: Sequence[str] | None = None) -> None:
+        if not devices:
+            raise ConfigError("a device pool needs at least one device")
+        self.devices = list(devices)
+        names = list(lock_names or devices)
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        self._turnstile = {d: lock_dir / f"{_lock_name(n)}.turn" for d, n in zip(self.devices, names, strict=True)}
+        self._device = {d: lock_dir / f"{_lock_name(n)}.lock" for d, n in zip(self.devices, names, strict=True)}
+        self._busy = dict.fromkeys(self.devices, 0)  # this process's holds, to spread its own jobs
+        self._mutex = threading.Lock()
+
+    def _order(self) -> list[str]:
+        with self._mutex:
+            return sorted(self.devices, key=lambda d: self._busy[d])
+
+    @contextlib.contextmanager
+    def _count(self, device: str) -> Iterator[None]:
+        with self._mutex:
+            self._busy[device] += 1
+        try:
+            yield
+        finally:
+            with self._mutex:
+                self._busy[device] -= 1
+
+    @contextlib.contextmanager
+    def hold(self, exclusive: bool) -> Iterator[str]:
+        """Wait for a device that is free for this job, hold it while the block runs, yield its name."""
+        since = time.perf_counter()
+        while True:
+            for device in self._order():
+                turn = _flock(self._turnstile[device], fcntl.LOCK_EX, blocking=False)
+                if turn is None:  # a timing job holds or awaits this device
+                    continue
+                try:
+                    # A check gets the device at once (a timing job would hold the turnstile); a timing
+                    # job waits here, turnstile held, for the checks in flight to end.
+                    held = _flock(self._device[device], fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, blocking=True)
+                except BaseException:
+                    turn.close()
+                    raise
+                assert held is not None  # a blocking flock returns or raises
+                if not exclusive:
+                    turn.close()  # let the next check through while this one runs
+                try:
+                    with self._count(device):
+                        self._log_wait(device, exclusive, since)
+                        yield device
+                finally:
+                    held.close()
+                    if exclusive:
+                        turn.close()
+                return
+            time.sleep(POLL_S)
+
+    @staticmethod
+    def _log_wait(device: str, exclusive: bool, since: float) -> None:
+        waited = time.perf_counter() - since
+        if waited > 1.0:
+            log.info("device_turn", device=device, exclusive=exclusive, waited_s=round(waited, 2))
+
+
+def gpu_pool(gpus: Sequence[str] | None, lock_dir: Path) -> tuple[DeviceTurns, dict[str, VisibleGpu]]:
+    """Turns on ``gpus`` (indices or UUIDs; None: every visible GPU), all of one model, by index."""
+    from tools.device import visible_gpus
+
+    visible = visible_gpus()
+    if not visible:
+        raise EnvironmentProblem("a CUDA job, but no CUDA GPU is visible on this host")
+    by_name = {g.index: g for g in visible} | {g.uuid: g for g in visible if g.uuid}
+    chosen: dict[str, VisibleGpu] = {}
+    for wanted in gpus if gpus is not None else [g.index for g in visible]:
+        if wanted not in by_name:
+            raise ConfigError(f"GPU {wanted!r} is not visible here (visible: {', '.join(g.index for g in visible)})")
+        chosen[by_name[wanted].index] = by_name[wanted]
+    models = sorted({g.name for g in chosen.values()})
+    if len(models) > 1:
+        raise ConfigError(f"the pool's GPUs are of different models ({', '.join(models)}): name one model's GPUs")
+    # Locks are named by UUID, so that processes that see the GPUs through different
+    # $CUDA_VISIBLE_DEVICES still take turns on the same physical GPU.
+    pool = DeviceTurns(list(chosen), lock_dir, [g.uuid or f"gpu{g.index}" for g in chosen.values()])
+    return pool, chosen
+
+
+class HostDevices:
+    """A backend's turns on this host: over its GPU pool for CUDA jobs, on the CPU for CPU jobs.
+
+    The pools are made on first use, so a CPU-only run never looks for GPUs.
+    """
+
+    def __init__(self, gpus: Sequence[str] | None) -> None:
+        self.gpus = list(gpus) if gpus is not None else None
+        self._pools: dict[str, tuple[DeviceTurns, dict[str, VisibleGpu]]] = {}
+        self._mutex = threading.Lock()
+
+    def _pool(self, device: str) -> tuple[DeviceTurns, dict[str, VisibleGpu]]:
+        with self._mutex:
+            if device not in self._pools:
+                locks = cache_dir("locks")
+                cpu: tuple[DeviceTurns, dict[str, VisibleGpu]] = (DeviceTurns([CPU], locks), {})
+                self._pools[device] = gpu_pool(self.gpus, locks) if device == "cuda" else cpu
+            return self._pools[device]
+
+    @contextlib.contextmanager
+    def turn(self, job: EvalJob | CeilingsJob) -> Iterator[VisibleGpu | None]:
+        """Hold a device for ``job`` (alone if it times anything); yield its GPU, None for the CPU."""
+        turns, gpus = self._pool(job.device)
+        with turns.hold(exclusive=job.timed) as device:
+            yield gpus.get(device)

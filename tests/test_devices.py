@@ -1,0 +1,191 @@
+"""Host-wide device turns (sandbox.devices): real file locks, held by real processes at once."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from sandbox.devices import DeviceTurns
+from tools.errors import ConfigError
+
+HOLD_S = 0.05
+
+
+def _worker(lock_dir: str, devices: list[str], log: str, jobs: int, exclusive_share: float, seed: int) -> None:
+    """Take ``jobs`` turns, a share of them exclusive; append (device, exclusive, start, end) per turn."""
+    rng = random.Random(seed)
+    turns = DeviceTurns(devices, Path(lock_dir))
+    for _ in range(jobs):
+        exclusive = rng.random() < exclusive_share
+        with turns.hold(exclusive) as device:
+            start = time.monotonic()
+            time.sleep(HOLD_S)
+            end = time.monotonic()
+        with open(log, "a") as f:
+            f.write(json.dumps([device, exclusive, start, end]) + "\n")
+
+
+def _spawn(*args: object) -> multiprocessing.Process:
+    proc = multiprocessing.get_context("spawn").Process(target=_worker, args=args)
+    proc.start()
+    return proc
+
+
+def _turns(log: Path) -> list[tuple[str, bool, float, float]]:
+    return [tuple(json.loads(line)) for line in log.read_text().splitlines()]  # type: ignore[misc]
+
+
+def _overlap(a: tuple[str, bool, float, float], b: tuple[str, bool, float, float]) -> bool:
+    return a[0] == b[0] and a[2] < b[3] and b[2] < a[3]
+
+
+def test_a_timing_turn_never_overlaps_any_other_on_its_device_while_checks_share(tmp_path: Path) -> None:
+    log = tmp_path / "turns.jsonl"
+    procs = [_spawn(str(tmp_path), ["0"], str(log), 12, 0.3, seed) for seed in range(4)]
+    for proc in procs:
+        proc.join(60)
+        assert proc.exitcode == 0
+    turns = _turns(log)
+    assert len(turns) == 48
+    timed = [t for t in turns if t[1]]
+    checks = [t for t in turns if not t[1]]
+    assert timed and checks
+    for t in timed:
+        assert not [o for o in turns if o is not t and _overlap(t, o)], t
+    # Checks do run side by side (four processes, most of their turns checks).
+    assert any(_overlap(a, b) for i, a in enumerate(checks) for b in checks[i + 1 :])
+
+
+def test_timing_turns_on_two_devices_run_at_once(tmp_path: Path) -> None:
+    log = tmp_path / "turns.jsonl"
+    procs = [_spawn(str(tmp_path), ["0", "1"], str(log), 6, 1.0, seed) for seed in range(2)]
+    for proc in procs:
+        proc.join(60)
+        assert proc.exitcode == 0
+    turns = _turns(log)
+    assert {t[0] for t in turns} == {"0", "1"}
+    for i, a in enumerate(turns):
+        assert not [b for b in turns[i + 1 :] if _overlap(a, b)]
+    # Exclusive on each device, yet the two processes overlapped in time: one per device.
+    assert any(a[2] < b[3] and b[2] < a[3] for a in turns for b in turns if a[0] != b[0])
+
+
+def test_a_stream_of_checks_does_not_keep_a_timing_job_waiting(tmp_path: Path) -> None:
+    log = tmp_path / "checks.jsonl"
+    checkers = [_spawn(str(tmp_path), ["0"], str(log), 80, 0.0, seed) for seed in range(3)]
+    try:
+        time.sleep(0.5)  # the checks are flowing, overlapping one another
+        asked = time.monotonic()
+        with DeviceTurns(["0"], tmp_path).hold(exclusive=True):
+            got = time.monotonic()
+            assert all(p.is_alive() for p in checkers)  # it got in while checks were still being asked for
+    finally:
+        for proc in checkers:
+            proc.kill()
+            proc.join()
+    # It waited for the checks in flight (each HOLD_S), not for the stream to end (80 * HOLD_S each).
+    assert got - asked < 1.0, got - asked
+
+
+def test_a_process_killed_during_its_turn_gives_the_device_back(tmp_path: Path) -> None:
+    log = tmp_path / "turns.jsonl"
+    holder = multiprocessing.get_context("spawn").Process(target=_hold_forever, args=(str(tmp_path),))
+    holder.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "holding").exists():
+            assert time.monotonic() < deadline, "the holder never took its turn"
+            time.sleep(0.05)
+        proc = _spawn(str(tmp_path), ["0"], str(log), 1, 1.0, 0)
+        time.sleep(0.5)
+        assert not log.exists()  # waiting: the device is held
+        os.kill(holder.pid, signal.SIGKILL)
+        proc.join(30)
+        assert proc.exitcode == 0 and len(_turns(log)) == 1
+    finally:
+        holder.kill()
+        holder.join()
+
+
+def _hold_forever(lock_dir: str) -> None:
+    with DeviceTurns(["0"], Path(lock_dir)).hold(exclusive=True):
+        Path(lock_dir, "holding").touch()
+        time.sleep(3600)
+
+
+def test_a_pool_needs_a_device() -> None:
+    with pytest.raises(ConfigError, match="at least one device"):
+        DeviceTurns([], Path("/tmp"))
+
+
+def _hold_cpu_for(seconds: float, flag: str) -> None:
+    from tools.paths import cache_dir  # $KFORGE_CACHE_DIR is this test session's, as for the sandbox
+
+    with DeviceTurns(["cpu"], cache_dir("locks")).hold(exclusive=True):
+        Path(flag).touch()
+        time.sleep(seconds)
+
+
+def test_the_local_backend_waits_for_its_turn_on_the_device(tmp_path: Path) -> None:
+    from structlog.testing import capture_logs
+
+    from sandbox.config import LocalSandboxConfig
+    from sandbox.local import LocalSandbox
+    from sandbox.protocol import EvalJob
+    from tests.conftest import CANDIDATES, PROBLEMS
+
+    job = EvalJob(
+        problem_name="softmax_small.py",
+        problem_source=(PROBLEMS / "softmax_small.py").read_text(),
+        candidate_source=(CANDIDATES / "softmax_cpu.py").read_text(),
+        device="cpu",
+        n_checks=1,
+        references=["eager"],
+        time_candidate=False,  # a check: it would share the CPU, but a timing job holds it
+    )
+    flag = tmp_path / "holding"
+    holder = multiprocessing.get_context("spawn").Process(target=_hold_cpu_for, args=(2.0, str(flag)))
+    holder.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not flag.exists():
+            assert time.monotonic() < deadline, "the holder never took its turn"
+            time.sleep(0.05)
+        with capture_logs() as logs:
+            result = LocalSandbox(LocalSandboxConfig(prefork=False)).run(job)
+    finally:
+        holder.join(30)
+    assert result.status == "ok", result.reason
+    (waited,) = [e for e in logs if e["event"] == "device_turn"]
+    assert waited["device"] == "cpu" and not waited["exclusive"] and waited["waited_s"] >= 1.0
+
+
+@pytest.mark.gpu
+def test_cuda_jobs_run_on_a_gpu_of_the_pool_and_say_which() -> None:
+    from sandbox.config import LocalSandboxConfig
+    from sandbox.local import LocalSandbox
+    from sandbox.protocol import EvalJob
+    from tests.conftest import CANDIDATES, PROBLEMS
+    from tools.device import visible_gpus
+
+    gpus = visible_gpus()
+    job = EvalJob(
+        problem_name="softmax_small.py",
+        problem_source=(PROBLEMS / "softmax_small.py").read_text(),
+        candidate_source=(CANDIDATES / "softmax_cuda.py").read_text(),
+        n_checks=1,
+        references=["eager"],
+    )
+    result = LocalSandbox(LocalSandboxConfig(gpus=[gpus[-1].index])).run(job)
+    assert result.status == "ok", result.reason
+    assert result.environment["gpu_index"] == gpus[-1].index
+    assert result.environment["gpu"] == gpus[-1].name  # the worker's own entry, untouched
+    with pytest.raises(ConfigError, match="not visible here"):
+        LocalSandbox(LocalSandboxConfig(gpus=["no-such-gpu"])).run(job)
