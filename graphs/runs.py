@@ -12,14 +12,15 @@ import subprocess
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from graphs.config import RunConfig
-from tools.device import gpu_summary
 from tools.errors import ConfigError
-from tools.problem import Problem
+
+if TYPE_CHECKING:  # importing torch would cost `kforge runs` and `trace` seconds they do not need
+    from tools.problem import Problem
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -95,6 +96,8 @@ def _versions() -> dict[str, str]:
 
 
 def create_run(config: RunConfig, problem: Problem, root: Path) -> RunPaths:
+    from tools.device import gpu_summary
+
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     paths = RunPaths(root / f"{stamp}-{problem.name}-{secrets.token_hex(2)}")
     paths.candidates.mkdir(parents=True)

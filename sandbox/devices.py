@@ -124,11 +124,15 @@ class DeviceTurns:
             log.info("device_turn", device=device, exclusive=exclusive, waited_s=round(waited, 2))
 
 
-def gpu_pool(gpus: Sequence[str] | None, lock_dir: Path) -> tuple[DeviceTurns, dict[str, VisibleGpu]]:
-    """Turns on ``gpus`` (indices or UUIDs; None: every visible GPU), all of one model, by index."""
-    from tools.device import visible_gpus
+def gpu_pool(
+    gpus: Sequence[str] | None, lock_dir: Path, visible: Sequence[VisibleGpu] | None = None
+) -> tuple[DeviceTurns, dict[str, VisibleGpu]]:
+    """Turns on ``gpus`` (indices or UUIDs; None: every one of ``visible``, by default the GPUs this
+    process sees), all of one model, by index."""
+    if visible is None:
+        from tools.device import visible_gpus
 
-    visible = visible_gpus()
+        visible = visible_gpus()
     if not visible:
         raise EnvironmentProblem("a CUDA job, but no CUDA GPU is visible on this host")
     by_name = {g.index: g for g in visible} | {g.uuid: g for g in visible if g.uuid}

@@ -248,3 +248,13 @@ def test_eval_rejects_an_anti_cheat_finding_even_when_the_answer_is_right(kforge
     assert evaluation["result"]["status"] == "rejected"
     assert evaluation["result"]["reason"].startswith("reference_op: executed aten._softmax")
     assert evaluation["anti_cheat"] and evaluation["anti_cheat"][0].startswith("reference_op at line")
+
+
+def test_reading_runs_does_not_import_torch(tmp_path: Path) -> None:
+    # `kforge runs`, `trace` and `report` only read run folders: importing torch would cost them seconds.
+    code = "import sys; sys.modules['torch'] = None; from graphs.cli import main; sys.exit(main(sys.argv[1:]))"
+    env = {**os.environ, "KFORGE_RUNS_DIR": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "runs"], cwd=ROOT, env=env, capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr

@@ -189,3 +189,39 @@ def test_cuda_jobs_run_on_a_gpu_of_the_pool_and_say_which() -> None:
     assert result.environment["gpu"] == gpus[-1].name  # the worker's own entry, untouched
     with pytest.raises(ConfigError, match="not visible here"):
         LocalSandbox(LocalSandboxConfig(gpus=["no-such-gpu"])).run(job)
+
+
+SMI = ["0, GPU-aaaa-1111, NVIDIA H200", "1, GPU-bbbb-2222, NVIDIA H200", "2, GPU-cccc-3333, NVIDIA L40S"]
+
+
+def test_visible_gpus_follow_cuda_visible_devices_as_cuda_reads_it() -> None:
+    from tools.device import visible_from
+
+    assert [g.index for g in visible_from(SMI, None)] == ["0", "1", "2"]
+    assert [(g.index, g.env_id) for g in visible_from(SMI, "1,0")] == [("1", "GPU-bbbb-2222"), ("0", "GPU-aaaa-1111")]
+    assert [g.index for g in visible_from(SMI, "GPU-cccc,0")] == ["2", "0"]  # a UUID prefix names a GPU
+    assert [g.index for g in visible_from(SMI, "1,7,0")] == ["1"]  # CUDA stops at the first unknown entry
+    assert visible_from(SMI, "") == [] and visible_from(SMI, "-1") == []
+    (mig,) = visible_from(SMI[:2], "MIG-dddd")
+    assert mig.env_id == "MIG-dddd" and mig.name == "MIG slice of NVIDIA H200"
+
+
+def test_a_pool_takes_the_gpus_asked_for_of_one_model_only(tmp_path: Path) -> None:
+    from sandbox.devices import gpu_pool
+    from tools.device import visible_from
+    from tools.errors import EnvironmentProblem
+
+    visible = visible_from(SMI, None)
+    turns, gpus = gpu_pool(["GPU-bbbb-2222", "0"], tmp_path, visible)
+    assert turns.devices == ["1", "0"] and gpus["1"].env_id == "GPU-bbbb-2222"
+    with turns.hold(exclusive=True) as first, turns.hold(exclusive=True) as second:
+        assert {first, second} == {"0", "1"}  # each timing turn on a GPU of its own
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        f"GPU-{x}.{kind}" for x in ("aaaa-1111", "bbbb-2222") for kind in ("lock", "turn")
+    )  # named by UUID: processes that number the GPUs differently still share the locks
+    with pytest.raises(ConfigError, match=r"different models \(NVIDIA H200, NVIDIA L40S\)"):
+        gpu_pool(None, tmp_path, visible)
+    with pytest.raises(ConfigError, match="GPU '5' is not visible here"):
+        gpu_pool(["5"], tmp_path, visible)
+    with pytest.raises(EnvironmentProblem, match="no CUDA GPU is visible"):
+        gpu_pool(None, tmp_path, [])

