@@ -174,3 +174,14 @@ def test_only_children_started_by_the_candidate_are_flagged() -> None:
         for proc in [harness, *spawned]:
             proc.kill()
             proc.wait()
+
+
+def test_each_output_is_judged_degenerate_under_its_own_tolerance() -> None:
+    from tools.runtime_checks import degenerate_warnings
+
+    index = torch.arange(4096)  # an integer first output: compared exactly, so never "degenerate"
+    small = torch.randn(4096, generator=torch.Generator().manual_seed(0)) * 1e-4  # within 1e-2 of 0
+    warnings = degenerate_warnings([index, small], "relaxed")
+    assert len(warnings) == 1 and warnings[0].startswith("degenerate problem: a constant (")
+    assert "output 1" in warnings[0]
+    assert degenerate_warnings([index, small], "strict") == []  # 1e-4 spread is beyond strict's 1e-4 atol

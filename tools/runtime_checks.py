@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from sandbox.protocol import RuntimeFinding
+from sandbox.protocol import Policy, RuntimeFinding
 from tools.cheat_tricks import (
     ATEN_FAMILY,
     DYNAMIC_CODE,
@@ -56,7 +56,7 @@ from tools.cheat_tricks import (
     TIMER_PATCH,
     VERDICT_FORGERY,
 )
-from tools.correctness import flatten_outputs
+from tools.correctness import flatten_outputs, tolerance
 
 LOW_DTYPES = {torch.float16, torch.bfloat16}
 LATE_WRITE_WAIT_S = 0.02  # how long the worker waits for a late writer before it looks again
@@ -486,12 +486,13 @@ def poison_tensors(tensors: list[Any]) -> None:
 # -------------------------------------------------------------------------------- constant output
 
 
-def degenerate_warnings(expected: list[torch.Tensor], atol: float, rtol: float, policy: str) -> list[str]:
+def degenerate_warnings(expected: list[torch.Tensor], policy: Policy) -> list[str]:
     """Warn when a constant passes the tolerance on an output, or the output hardly varies."""
     out = []
     for i, e in enumerate(expected):
         if not (isinstance(e, torch.Tensor) and e.is_floating_point() and e.numel() > 1):
             continue
+        atol, rtol = tolerance(policy, e.dtype)  # each output's own: outputs may differ in dtype
         where = f"output {i}" if len(expected) > 1 else "the output"
         e64 = e.double()
         mean, std = float(e64.mean()), float(e64.std())
