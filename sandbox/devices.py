@@ -92,18 +92,24 @@ class DeviceTurns:
         """Wait for a device that is free for this job, hold it while the block runs, yield its name."""
         since = time.perf_counter()
         while True:
-            for device in self._order():
+            # A timing job first looks for a device with no check in flight, and only then waits on one.
+            for device, wait in [(d, False) for d in self._order()] + [(d, True) for d in self._order()]:
+                if wait and not exclusive:
+                    break  # a check never waits here: it gets a device at once or none
                 turn = _flock(self._turnstile[device], fcntl.LOCK_EX, blocking=False)
                 if turn is None:  # a timing job holds or awaits this device
                     continue
                 try:
                     # A check gets the device at once (a timing job would hold the turnstile); a timing
-                    # job waits here, turnstile held, for the checks in flight to end.
-                    held = _flock(self._device[device], fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, blocking=True)
+                    # job that waits does so here, turnstile held, for the checks in flight to end.
+                    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+                    held = _flock(self._device[device], mode, blocking=wait or not exclusive)
                 except BaseException:
                     turn.close()
                     raise
-                assert held is not None  # a blocking flock returns or raises
+                if held is None:  # checks are in flight on it: look further before waiting
+                    turn.close()
+                    continue
                 if not exclusive:
                     turn.close()  # let the next check through while this one runs
                 try:

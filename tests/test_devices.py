@@ -94,6 +94,29 @@ def test_a_stream_of_checks_does_not_keep_a_timing_job_waiting(tmp_path: Path) -
     assert got - asked < 1.0, got - asked
 
 
+def _check_on_0_for(lock_dir: str, seconds: float) -> None:
+    with DeviceTurns(["0", "1"], Path(lock_dir)).hold(exclusive=False) as device:
+        assert device == "0"
+        Path(lock_dir, "checking").touch()
+        time.sleep(seconds)
+
+
+def test_a_timing_job_takes_a_free_gpu_rather_than_wait_for_a_busy_one(tmp_path: Path) -> None:
+    checker = multiprocessing.get_context("spawn").Process(target=_check_on_0_for, args=(str(tmp_path), 5.0))
+    checker.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "checking").exists():
+            assert time.monotonic() < deadline, "the check never started"
+            time.sleep(0.05)
+        asked = time.monotonic()
+        with DeviceTurns(["0", "1"], tmp_path).hold(exclusive=True) as device:
+            assert device == "1" and time.monotonic() - asked < 1.0
+    finally:
+        checker.kill()
+        checker.join()
+
+
 def test_a_process_killed_during_its_turn_gives_the_device_back(tmp_path: Path) -> None:
     log = tmp_path / "turns.jsonl"
     holder = multiprocessing.get_context("spawn").Process(target=_hold_forever, args=(str(tmp_path),))
