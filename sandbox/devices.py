@@ -25,12 +25,12 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 import structlog
 
 from tools.errors import ConfigError, EnvironmentProblem
-from tools.paths import cache_dir
+from tools.paths import cache_dir, open_flock
 
 if TYPE_CHECKING:  # both import torch: a process that only takes turns need not
     from sandbox.protocol import CeilingsJob, EvalJob
@@ -43,20 +43,6 @@ CPU = "cpu"
 
 def _lock_name(device: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in device)
-
-
-def _flock(path: Path, mode: int, blocking: bool) -> IO[str] | None:
-    """``path``'s advisory lock in ``mode``, held until the handle is closed; None if not free at once."""
-    handle: IO[str] = path.open("a")
-    try:
-        fcntl.flock(handle, mode | (0 if blocking else fcntl.LOCK_NB))
-    except BlockingIOError:
-        handle.close()
-        return None
-    except BaseException:
-        handle.close()
-        raise
-    return handle
 
 
 class DeviceTurns:
@@ -96,14 +82,14 @@ class DeviceTurns:
             for device, wait in [(d, False) for d in self._order()] + [(d, True) for d in self._order()]:
                 if wait and not exclusive:
                     break  # a check never waits here: it gets a device at once or none
-                turn = _flock(self._turnstile[device], fcntl.LOCK_EX, blocking=False)
+                turn = open_flock(self._turnstile[device], fcntl.LOCK_EX, blocking=False)
                 if turn is None:  # a timing job holds or awaits this device
                     continue
                 try:
                     # A check gets the device at once (a timing job would hold the turnstile); a timing
                     # job that waits does so here, turnstile held, for the checks in flight to end.
                     mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
-                    held = _flock(self._device[device], mode, blocking=wait or not exclusive)
+                    held = open_flock(self._device[device], mode, blocking=wait or not exclusive)
                 except BaseException:
                     turn.close()
                     raise

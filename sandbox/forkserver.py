@@ -75,6 +75,7 @@ def _reap(sock: socket.socket) -> None:
 
 def serve(sock: socket.socket) -> None:
     _preload_cupy()
+    sock.send(json.dumps({"ready": True}).encode())  # the imports are done: a fork from here is quick
     while True:
         ready, _, _ = select.select([sock], [], [], 0.05)
         _reap(sock)

@@ -121,6 +121,9 @@ class LocalSandbox:
 
     def run(self, job: EvalJob | CeilingsJob) -> JobResult:
         bound = log.bind(job_id=job.job_id, kind=job.kind)
+        if self.config.prefork:
+            # Start the fork server (seconds: it imports torch) before taking a turn, not while holding a GPU.
+            self._fork_server().wait_ready()
         turn = self._devices.turn(job) if self._devices else contextlib.nullcontext()
         with turn as gpu:
             result = self._run_in_scratch(job, gpu, bound.bind(gpu_index=gpu.index) if gpu else bound)

@@ -51,6 +51,7 @@ class ForkServerClient:
         self._started: dict[str, int] = {}
         self._exited: dict[int, int] = {}
         self._dead = False
+        self._ready = False
         self._send_lock = threading.Lock()
         threading.Thread(target=self._read_events, name="forkserver-events", daemon=True).start()
 
@@ -63,7 +64,9 @@ class ForkServerClient:
             while data := self._sock.recv(1 << 16):
                 event = json.loads(data)
                 with self._cond:
-                    if "job_id" in event:
+                    if "ready" in event:
+                        self._ready = True
+                    elif "job_id" in event:
                         self._started[event["job_id"]] = event["pid"]
                     else:
                         self._exited[event["pid"]] = event["returncode"]
@@ -85,6 +88,15 @@ class ForkServerClient:
                     raise subprocess.TimeoutExpired("forked worker", timeout or 0)
                 self._cond.wait(remaining)
             return value
+
+    @property
+    def ready(self) -> bool:
+        """Has the server made its imports?"""
+        return self._ready
+
+    def wait_ready(self) -> None:
+        """Wait until the server has made its imports (the first request waits for them otherwise)."""
+        self._wait_for(lambda: True if self._ready else None, START_TIMEOUT_S)
 
     def spawn(self, job_id: str, request: dict, fds: list[int]) -> ForkedProcess:
         with self._send_lock:

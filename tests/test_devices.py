@@ -8,6 +8,7 @@ import os
 import random
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,14 @@ def test_a_stream_of_checks_does_not_keep_a_timing_job_waiting(tmp_path: Path) -
     assert got - asked < 1.0, got - asked
 
 
+def _wait_for(flag: Path, timeout_s: float = 30.0) -> None:
+    """Wait until another process has created ``flag`` (it holds its turn then)."""
+    deadline = time.monotonic() + timeout_s
+    while not flag.exists():
+        assert time.monotonic() < deadline, f"{flag.name} never appeared"
+        time.sleep(0.05)
+
+
 def _check_on_0_for(lock_dir: str, seconds: float) -> None:
     with DeviceTurns(["0", "1"], Path(lock_dir)).hold(exclusive=False) as device:
         assert device == "0"
@@ -105,10 +114,7 @@ def test_a_timing_job_takes_a_free_gpu_rather_than_wait_for_a_busy_one(tmp_path:
     checker = multiprocessing.get_context("spawn").Process(target=_check_on_0_for, args=(str(tmp_path), 5.0))
     checker.start()
     try:
-        deadline = time.monotonic() + 30
-        while not (tmp_path / "checking").exists():
-            assert time.monotonic() < deadline, "the check never started"
-            time.sleep(0.05)
+        _wait_for(tmp_path / "checking")
         asked = time.monotonic()
         with DeviceTurns(["0", "1"], tmp_path).hold(exclusive=True) as device:
             assert device == "1" and time.monotonic() - asked < 1.0
@@ -122,10 +128,7 @@ def test_a_process_killed_during_its_turn_gives_the_device_back(tmp_path: Path) 
     holder = multiprocessing.get_context("spawn").Process(target=_hold_forever, args=(str(tmp_path),))
     holder.start()
     try:
-        deadline = time.monotonic() + 30
-        while not (tmp_path / "holding").exists():
-            assert time.monotonic() < deadline, "the holder never took its turn"
-            time.sleep(0.05)
+        _wait_for(tmp_path / "holding")
         proc = _spawn(str(tmp_path), ["0"], str(log), 1, 1.0, 0)
         time.sleep(0.5)
         assert not log.exists()  # waiting: the device is held
@@ -177,10 +180,7 @@ def test_the_local_backend_waits_for_its_turn_on_the_device(tmp_path: Path) -> N
     holder = multiprocessing.get_context("spawn").Process(target=_hold_cpu_for, args=(2.0, str(flag)))
     holder.start()
     try:
-        deadline = time.monotonic() + 30
-        while not flag.exists():
-            assert time.monotonic() < deadline, "the holder never took its turn"
-            time.sleep(0.05)
+        _wait_for(flag)
         with capture_logs() as logs:
             result = LocalSandbox(LocalSandboxConfig(prefork=False)).run(job)
     finally:
@@ -188,6 +188,52 @@ def test_the_local_backend_waits_for_its_turn_on_the_device(tmp_path: Path) -> N
     assert result.status == "ok", result.reason
     (waited,) = [e for e in logs if e["event"] == "device_turn"]
     assert waited["device"] == "cpu" and not waited["exclusive"] and waited["waited_s"] >= 1.0
+
+
+def _hold_cpu_until(flag: str, release: str) -> None:
+    from tools.paths import cache_dir
+
+    with DeviceTurns(["cpu"], cache_dir("locks")).hold(exclusive=True):
+        Path(flag).touch()
+        _wait_for(Path(release), timeout_s=120)
+
+
+def test_the_fork_server_starts_while_a_job_waits_for_its_turn_not_during_it(tmp_path: Path) -> None:
+    from sandbox.config import LocalSandboxConfig
+    from sandbox.local import LocalSandbox
+    from sandbox.protocol import EvalJob
+    from tests.conftest import CANDIDATES, PROBLEMS
+
+    job = EvalJob(
+        problem_name="softmax_small.py",
+        problem_source=(PROBLEMS / "softmax_small.py").read_text(),
+        candidate_source=(CANDIDATES / "softmax_cpu.py").read_text(),
+        device="cpu",
+        n_checks=1,
+        references=["eager"],
+        time_candidate=False,
+    )
+    flag, release = tmp_path / "holding", tmp_path / "release"
+    holder = multiprocessing.get_context("spawn").Process(target=_hold_cpu_until, args=(str(flag), str(release)))
+    holder.start()
+    sandbox = LocalSandbox(LocalSandboxConfig(prefork=True))
+    try:
+        _wait_for(flag)
+        with ThreadPoolExecutor(1) as pool:
+            running = pool.submit(sandbox.run, job)
+            deadline = time.monotonic() + 120
+            # The server imports torch (seconds) while the job waits; a job holding the CPU would not wait.
+            while not (sandbox._forkserver is not None and sandbox._forkserver.ready):
+                assert time.monotonic() < deadline, "the fork server never became ready"
+                time.sleep(0.05)
+            assert holder.is_alive() and not running.done()
+            release.touch()
+            result = running.result(timeout=120)
+    finally:
+        release.touch()
+        holder.join(30)
+        sandbox.close()
+    assert result.status == "ok", result.reason
 
 
 @pytest.mark.gpu

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import platformdirs
 
@@ -21,3 +25,32 @@ def write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
+
+
+def open_flock(path: Path, mode: int = fcntl.LOCK_EX, blocking: bool = True) -> IO[str] | None:
+    """``path``'s advisory lock (the file created if need be) in ``mode``, held until the handle is closed.
+
+    None when ``blocking`` is False and the lock is not free at once. The kernel releases it when the
+    holder dies, so a killed process never leaves a lock behind.
+    """
+    handle: IO[str] = path.open("a")
+    try:
+        fcntl.flock(handle, mode | (0 if blocking else fcntl.LOCK_NB))
+    except BlockingIOError:
+        handle.close()
+        return None
+    except BaseException:
+        handle.close()
+        raise
+    return handle
+
+
+@contextlib.contextmanager
+def flocked(path: Path, blocking: bool = True) -> Iterator[bool]:
+    """Hold ``path``'s exclusive lock for the block; yields False (holding nothing) if not free at once."""
+    handle = open_flock(path, blocking=blocking)
+    try:
+        yield handle is not None
+    finally:
+        if handle is not None:
+            handle.close()

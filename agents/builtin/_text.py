@@ -6,7 +6,11 @@ import re
 import textwrap
 from typing import Any
 
+from agents.builtin.candidate_python import STREAM_PY
+
 _PLACEHOLDER = re.compile(r"@([A-Z][A-Z0-9_]*)@")
+# Snippets any template may name without passing them to ``fill``.
+_SHARED = {"STREAM_PY": STREAM_PY}
 
 # The start of every LayerNorm candidate's module, CPU and CUDA alike: parameters stored where the
 # reference keeps them (`ln.weight`, `ln.bias`), so the harness copies the reference's weights by name.
@@ -32,7 +36,9 @@ class ModelNew(nn.Module):
 
 
 def fill(text: str, **values: Any) -> str:
-    """Replace every ``@NAME@`` in ``text`` by ``str(values[NAME])``; every placeholder must be given."""
+    """Replace every ``@NAME@`` in ``text`` by ``str(values[NAME])``; every placeholder must be given
+    (the shared snippets of ``_SHARED`` are given always)."""
+    values = {**_SHARED, **values}
 
     def one(match: re.Match[str]) -> str:
         name = match.group(1)

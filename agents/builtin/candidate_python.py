@@ -49,3 +49,20 @@ class ModelNew(nn.Module):
             out_shape = (batch, M, N)
         else:
             raise ValueError(f"cannot multiply {tuple(A.shape)} by {tuple(B.shape)}")'''
+
+# CuPy's handle on PyTorch's current stream, made once per stream. Every CUDA module template holds it
+# (``fill`` puts it where a template says @STREAM_PY@): building the handle on every call cost host time that
+# the harness counts, since it synchronises before each timed call (bench/launch_overhead.py).
+STREAM_PY = r'''
+_STREAMS = {}
+
+
+def _stream(device: torch.device) -> "cupy.cuda.Stream":
+    """CuPy's view of PyTorch's current stream on ``device`` (made on first use, then reused)."""
+    current = torch.cuda.current_stream(device)
+    stream = _STREAMS.get(current.cuda_stream)
+    if stream is None:
+        stream = _STREAMS[current.cuda_stream] = cupy.cuda.Stream.from_external(current)
+    return stream
+
+'''

@@ -214,6 +214,7 @@ import torch.nn as nn
 CUDA_SRC = r"""@CUDA_SRC@"""
 
 _MODULE = cupy.RawModule(code=CUDA_SRC, options=("-std=c++17",))
+@STREAM_PY@
 _THREADS = @THREADS@
 _ROWS_PER_BLOCK = @ROWS_PER_BLOCK@
 
@@ -222,7 +223,7 @@ _ROWS_PER_BLOCK = @ROWS_PER_BLOCK@
     + SOFTMAX_ROWS_PY
     + r"""
         blocks = (rows + _ROWS_PER_BLOCK - 1) // _ROWS_PER_BLOCK
-        stream = cupy.cuda.Stream.from_external(torch.cuda.current_stream(x.device))
+        stream = _stream(x.device)
         with cupy.cuda.Device(x.device.index), stream:
             kernel = _MODULE.get_function("softmax_rows")
             @LAUNCH@
@@ -520,6 +521,7 @@ import torch.nn as nn
 CUDA_SRC = r"""@CUDA_SRC@"""
 
 _MODULE = cupy.RawModule(code=CUDA_SRC, options=("-std=c++17",))
+@STREAM_PY@
 _THREADS = @THREADS@
 _SPLIT = @SPLIT@
 EPS = @EPS@
@@ -540,7 +542,7 @@ EPS = @EPS@
         rows = x.numel() // cols if cols else 0
         if rows == 0:
             return y
-        stream = cupy.cuda.Stream.from_external(torch.cuda.current_stream(x.device))
+        stream = _stream(x.device)
         with cupy.cuda.Device(x.device.index), stream:
             @LAUNCH@
         return y
@@ -727,6 +729,7 @@ import torch.nn as nn
 CUDA_SRC = r"""@CUDA_SRC@"""
 
 _MODULE = cupy.RawModule(code=CUDA_SRC, options=("-std=c++17",))
+@STREAM_PY@
 _BM, _BN, _THREADS = @BM@, @BN@, @THREADS@
 _INT_MAX = 2**31 - 1
 
@@ -741,7 +744,7 @@ _INT_MAX = 2**31 - 1
             return C
         grid = ((M + _BM - 1) // _BM, (N + _BN - 1) // _BN, min(batch, 65535))
         args = (A.data_ptr(), B.data_ptr(), C.data_ptr(), cupy.int32(M), cupy.int32(N), cupy.int32(K))
-        stream = cupy.cuda.Stream.from_external(torch.cuda.current_stream(A.device))
+        stream = _stream(A.device)
         with cupy.cuda.Device(A.device.index), stream:
             kernel = _MODULE.get_function("matmul_tiled")
             kernel(grid, (_THREADS,), (*args, cupy.int32(batch)))

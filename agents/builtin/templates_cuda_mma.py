@@ -226,6 +226,7 @@ CUDA_SRC = r"""@CUDA_SRC@"""
 
 _BM, _BN, _BK, _THREADS, _SMEM = @BM@, @BN@, @BK@, @THREADS@, @SMEM@
 _KERNEL = cupy.RawKernel(CUDA_SRC, "matmul_mma", options=("-std=c++17",))
+@STREAM_PY@
 _KERNEL.max_dynamic_shared_size_bytes = _SMEM
 
 
@@ -239,7 +240,7 @@ _KERNEL.max_dynamic_shared_size_bytes = _SMEM
             return C
         grid = ((M // _BM) * (N // _BN), batch)
         args = (A.data_ptr(), B.data_ptr(), C.data_ptr(), cupy.int32(M), cupy.int32(N), cupy.int32(K))
-        stream = cupy.cuda.Stream.from_external(torch.cuda.current_stream(A.device))
+        stream = _stream(A.device)
         with cupy.cuda.Device(A.device.index), stream:
             _KERNEL(grid, (_THREADS,), args, shared_mem=_SMEM)
         return C

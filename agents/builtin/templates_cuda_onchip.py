@@ -187,6 +187,7 @@ CUDA_SRC = r"""@CUDA_SRC@"""
 
 _CLUSTER, _THREADS, _CAPACITY = @CLUSTER@, @BLOCK@, @CAPACITY@
 _KERNEL = cupy.RawKernel(CUDA_SRC, "softmax_cluster", options=("-std=c++17", "-arch=sm_90a"))
+@STREAM_PY@
 
 
 '''
@@ -194,7 +195,7 @@ _KERNEL = cupy.RawKernel(CUDA_SRC, "softmax_cluster", options=("-std=c++17", "-a
     + r"""
         if cols % 4 or cols > _CAPACITY:
             raise ValueError(f"rows of {cols} elements: this kernel takes multiples of 4 up to {_CAPACITY}")
-        stream = cupy.cuda.Stream.from_external(torch.cuda.current_stream(x.device))
+        stream = _stream(x.device)
         with cupy.cuda.Device(x.device.index), stream:
             _KERNEL((rows * _CLUSTER,), (_THREADS,), (x.data_ptr(), out.data_ptr(), cupy.int64(cols)))
         return out
@@ -527,6 +528,7 @@ _THREADS, _PER_SM, _CHUNK, _STAGE_BYTES = @BLOCK@, @PER_SM@, @CHUNK@, @STAGE_BYT
 EPS = @EPS@
 # Cooperative launch: the driver refuses a grid that cannot be resident at once, so the grid-wide wait is safe.
 _KERNEL = cupy.RawKernel(CUDA_SRC, "@KERNEL@", options=("-std=c++17",), enable_cooperative_groups=True)
+@STREAM_PY@
 if _STAGE_BYTES > 48 * 1024:
     _KERNEL.max_dynamic_shared_size_bytes = _STAGE_BYTES
 
@@ -552,7 +554,7 @@ if _STAGE_BYTES > 48 * 1024:
         parts = torch.empty(3 * rows * grid, dtype=torch.float32, device=x.device)
         arrived = torch.zeros(rows, dtype=torch.int32, device=x.device)
         ptrs = (x.data_ptr(), weight.data_ptr(), bias.data_ptr(), y.data_ptr(), parts.data_ptr(), arrived.data_ptr())
-        stream = cupy.cuda.Stream.from_external(torch.cuda.current_stream(x.device))
+        stream = _stream(x.device)
         with cupy.cuda.Device(x.device.index), stream:
             args = (*ptrs, cupy.int32(rows), cupy.int64(cols), cupy.float32(EPS))
             _KERNEL((grid,), (_THREADS,), args, shared_mem=_STAGE_BYTES)

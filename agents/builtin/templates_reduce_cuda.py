@@ -311,6 +311,7 @@ import torch.nn as nn
 CUDA_SRC = r"""@CUDA_SRC@"""
 
 _MODULE = cupy.RawModule(code=CUDA_SRC, options=("-std=c++17",))
+@STREAM_PY@
 OP = "@OP@"
 DIMS = @DIMS@  # as the reference names them (None: every dim)
 KEEPDIM = @KEEPDIM@
@@ -346,7 +347,7 @@ class ModelNew(nn.Module):
             return out.fill_(0.0 if OP == "sum" else float("nan"))
         if red >= 2**31:
             raise ValueError(f"a reduced dim of {red} elements: the kernel indexes it with 32-bit integers")
-        stream = cupy.cuda.Stream.from_external(torch.cuda.current_stream(x.device))
+        stream = _stream(x.device)
         with cupy.cuda.Device(x.device.index), stream:
             @LAUNCH@
             if _SPLIT > 1:

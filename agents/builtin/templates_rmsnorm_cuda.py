@@ -318,6 +318,7 @@ import torch.nn as nn
 CUDA_SRC = r"""@CUDA_SRC@"""
 
 _MODULE = cupy.RawModule(code=CUDA_SRC, options=("-std=c++17",))
+@STREAM_PY@
 KEEPDIM = True
 @CONSTANTS@
 @MODULE@
@@ -329,7 +330,7 @@ KEEPDIM = True
         y = torch.empty_like(x)
         if x.numel() == 0:
             return y
-        stream = cupy.cuda.Stream.from_external(torch.cuda.current_stream(x.device))
+        stream = _stream(x.device)
         with cupy.cuda.Device(x.device.index), stream:
             @LAUNCH@
         return y

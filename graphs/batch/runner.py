@@ -10,17 +10,15 @@ the sandbox backend's turns (``sandbox.devices``): a timing job always has its d
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import structlog
 
@@ -33,6 +31,7 @@ from graphs.state import best_candidate
 from sandbox.config import make_sandbox
 from tools.device import device_memory_bytes
 from tools.evaluation import evaluate
+from tools.paths import flocked
 from tools.problem import Problem, load_problem
 
 log = structlog.get_logger(__name__)
@@ -58,24 +57,9 @@ def write_record(paths: RunPaths, record: dict[str, Any]) -> None:
 # ------------------------------------------------------------------------------------------- locks
 
 
-@contextlib.contextmanager
-def _flock(path: Path, blocking: bool = True) -> Iterator[bool]:
-    """An advisory lock on ``path`` (created if need be), released when the block ends or the process dies."""
-    handle: IO[str] = path.open("a")
-    try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
-        handle.close()  # closing releases the lock
-
-
 def run_is_busy(paths: RunPaths) -> bool:
     """Is a live process (of this batch or another) working on this run now?"""
-    with _flock(paths.dir / LOCK, blocking=False) as got:
+    with flocked(paths.dir / LOCK, blocking=False) as got:
         return not got
 
 
@@ -176,7 +160,7 @@ def work(a: Assignment) -> None:
     paths = RunPaths(Path(a.run_dir))
     configure_logging(a.verbose, paths.events)
     config = RunConfig.model_validate_json(a.config_json)
-    with _flock(paths.dir / LOCK):
+    with flocked(paths.dir / LOCK):
         record = read_record(paths)
         for key in ("error", "fresh_check_error"):
             record.pop(key, None)
