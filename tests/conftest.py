@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -35,6 +38,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+def assert_python_is_sound(sources: list[str]) -> None:
+    """Every source parses and names nothing undefined (ruff's F821/F822/E9): a wrapper's Python is checked
+    here, on a machine with no GPU to import it on."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, src in enumerate(sources):
+            Path(tmp, f"rendering_{k}.py").write_text(src)
+        checked = subprocess.run(
+            [sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated", "--select", "F821,F822,E9", tmp],
+            capture_output=True,
+            text=True,
+        )
+        assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-1000:]
+
+
 def assert_cuda_renderings_compile(renderings: Iterable[tuple[str, dict, str]]) -> None:
     """NVRTC-compile each (template, params, source) for sm_90a, on every core at once (NVRTC releases
     the GIL); fail on the first rendering with no kernel literal or a compile error."""
@@ -43,6 +60,7 @@ def assert_cuda_renderings_compile(renderings: Iterable[tuple[str, dict, str]]) 
     renderings = list(renderings)
     for template, params, src in renderings:
         assert "class ModelNew(nn.Module)" in src, f"{template} {params}"
+    assert_python_is_sound([src for _, _, src in renderings])
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         all_reports = list(pool.map(lambda r: check_candidate_cuda(r[2], arch="sm_90a"), renderings))
     for (template, params, _), reports in zip(renderings, all_reports, strict=True):

@@ -6,11 +6,11 @@ import re
 import textwrap
 from typing import Any
 
-from agents.builtin.candidate_python import STREAM_PY
+from agents.builtin.candidate_python import FUNCTION_PY, STREAM_PY
 
 _PLACEHOLDER = re.compile(r"@([A-Z][A-Z0-9_]*)@")
 # Snippets any template may name without passing them to ``fill``.
-_SHARED = {"STREAM_PY": STREAM_PY}
+_SHARED = {"STREAM_PY": STREAM_PY, "FUNCTION_PY": FUNCTION_PY}
 
 # The start of every LayerNorm candidate's module, CPU and CUDA alike: parameters stored where the
 # reference keeps them (`ln.weight`, `ln.bias`), so the harness copies the reference's weights by name.

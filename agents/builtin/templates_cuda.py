@@ -215,6 +215,7 @@ CUDA_SRC = r"""@CUDA_SRC@"""
 
 _MODULE = cupy.RawModule(code=CUDA_SRC, options=("-std=c++17",))
 @STREAM_PY@
+@FUNCTION_PY@
 _THREADS = @THREADS@
 _ROWS_PER_BLOCK = @ROWS_PER_BLOCK@
 
@@ -223,10 +224,8 @@ _ROWS_PER_BLOCK = @ROWS_PER_BLOCK@
     + SOFTMAX_ROWS_PY
     + r"""
         blocks = (rows + _ROWS_PER_BLOCK - 1) // _ROWS_PER_BLOCK
-        stream = _stream(x.device)
-        with cupy.cuda.Device(x.device.index), stream:
-            kernel = _MODULE.get_function("softmax_rows")
-            @LAUNCH@
+        kernel = _function("softmax_rows")
+        @LAUNCH@
         return out
 """
 )
@@ -247,7 +246,7 @@ def render_softmax_block(params: dict[str, Any], summary: str) -> str:
         LOG=c_bool(params.get("op") == "log_softmax"),
         COMMON=SOFTMAX_COMMON,
     )
-    launch = "kernel((blocks,), (_THREADS,), (x.data_ptr(), out.data_ptr(), cupy.int64(cols)))"
+    launch = "_run_kernel(kernel, x.device, (blocks,), (_THREADS,), (x.data_ptr(), out.data_ptr(), cupy.int64(cols)))"
     return fill(
         SOFTMAX_PY,
         TEMPLATE="softmax_cuda_block",
@@ -273,7 +272,10 @@ def render_softmax_warp(params: dict[str, Any], summary: str) -> str:
         LOG=c_bool(params.get("op") == "log_softmax"),
         COMMON=SOFTMAX_COMMON,
     )
-    launch = "kernel((blocks,), (_THREADS,), (x.data_ptr(), out.data_ptr(), cupy.int64(rows), cupy.int64(cols)))"
+    launch = (
+        "_run_kernel(kernel, x.device, (blocks,), (_THREADS,), "
+        "(x.data_ptr(), out.data_ptr(), cupy.int64(rows), cupy.int64(cols)))"
+    )
     return fill(
         SOFTMAX_PY,
         TEMPLATE="softmax_cuda_warp",
@@ -522,6 +524,7 @@ CUDA_SRC = r"""@CUDA_SRC@"""
 
 _MODULE = cupy.RawModule(code=CUDA_SRC, options=("-std=c++17",))
 @STREAM_PY@
+@FUNCTION_PY@
 _THREADS = @THREADS@
 _SPLIT = @SPLIT@
 EPS = @EPS@
@@ -542,23 +545,21 @@ EPS = @EPS@
         rows = x.numel() // cols if cols else 0
         if rows == 0:
             return y
-        stream = _stream(x.device)
-        with cupy.cuda.Device(x.device.index), stream:
-            @LAUNCH@
+        @LAUNCH@
         return y
 '''
 
-_LAUNCH_BLOCK = """kernel = _MODULE.get_function("layernorm_rows")
-            ptrs = (x.data_ptr(), weight.data_ptr(), bias.data_ptr(), y.data_ptr())
-            kernel((rows,), (_THREADS,), (*ptrs, cupy.int64(cols), cupy.float32(EPS)))"""
+_LAUNCH_BLOCK = """kernel = _function("layernorm_rows")
+        ptrs = (x.data_ptr(), weight.data_ptr(), bias.data_ptr(), y.data_ptr())
+        _run_kernel(kernel, x.device, (rows,), (_THREADS,), (*ptrs, cupy.int64(cols), cupy.float32(EPS)))"""
 
 _LAUNCH_SPLIT = """part = torch.empty(3 * rows * _SPLIT, dtype=torch.float32, device=x.device)
-            partial = _MODULE.get_function("layernorm_partial")
-            apply = _MODULE.get_function("layernorm_apply")
-            grid = (rows * _SPLIT,)
-            partial(grid, (_THREADS,), (x.data_ptr(), part.data_ptr(), cupy.int64(cols)))
-            ptrs = (x.data_ptr(), weight.data_ptr(), bias.data_ptr(), part.data_ptr(), y.data_ptr())
-            apply(grid, (_THREADS,), (*ptrs, cupy.int64(cols), cupy.float32(EPS)))"""
+        partial = _function("layernorm_partial")
+        apply = _function("layernorm_apply")
+        grid = (rows * _SPLIT,)
+        _run_kernel(partial, x.device, grid, (_THREADS,), (x.data_ptr(), part.data_ptr(), cupy.int64(cols)))
+        ptrs = (x.data_ptr(), weight.data_ptr(), bias.data_ptr(), part.data_ptr(), y.data_ptr())
+        _run_kernel(apply, x.device, grid, (_THREADS,), (*ptrs, cupy.int64(cols), cupy.float32(EPS)))"""
 
 
 def render_layernorm_block(params: dict[str, Any], summary: str) -> str:
@@ -730,6 +731,7 @@ CUDA_SRC = r"""@CUDA_SRC@"""
 
 _MODULE = cupy.RawModule(code=CUDA_SRC, options=("-std=c++17",))
 @STREAM_PY@
+@FUNCTION_PY@
 _BM, _BN, _THREADS = @BM@, @BN@, @THREADS@
 _INT_MAX = 2**31 - 1
 
@@ -744,10 +746,8 @@ _INT_MAX = 2**31 - 1
             return C
         grid = ((M + _BM - 1) // _BM, (N + _BN - 1) // _BN, min(batch, 65535))
         args = (A.data_ptr(), B.data_ptr(), C.data_ptr(), cupy.int32(M), cupy.int32(N), cupy.int32(K))
-        stream = _stream(A.device)
-        with cupy.cuda.Device(A.device.index), stream:
-            kernel = _MODULE.get_function("matmul_tiled")
-            kernel(grid, (_THREADS,), (*args, cupy.int32(batch)))
+        kernel = _function("matmul_tiled")
+        _run_kernel(kernel, A.device, grid, (_THREADS,), (*args, cupy.int32(batch)))
         return C
 """
 )

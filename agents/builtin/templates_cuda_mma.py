@@ -240,9 +240,7 @@ _KERNEL.max_dynamic_shared_size_bytes = _SMEM
             return C
         grid = ((M // _BM) * (N // _BN), batch)
         args = (A.data_ptr(), B.data_ptr(), C.data_ptr(), cupy.int32(M), cupy.int32(N), cupy.int32(K))
-        stream = _stream(A.device)
-        with cupy.cuda.Device(A.device.index), stream:
-            _KERNEL(grid, (_THREADS,), args, shared_mem=_SMEM)
+        _run_kernel(_KERNEL, A.device, grid, (_THREADS,), args, shared_mem=_SMEM)
         return C
 """
 )

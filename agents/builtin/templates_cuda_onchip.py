@@ -195,9 +195,8 @@ _KERNEL = cupy.RawKernel(CUDA_SRC, "softmax_cluster", options=("-std=c++17", "-a
     + r"""
         if cols % 4 or cols > _CAPACITY:
             raise ValueError(f"rows of {cols} elements: this kernel takes multiples of 4 up to {_CAPACITY}")
-        stream = _stream(x.device)
-        with cupy.cuda.Device(x.device.index), stream:
-            _KERNEL((rows * _CLUSTER,), (_THREADS,), (x.data_ptr(), out.data_ptr(), cupy.int64(cols)))
+        args = (x.data_ptr(), out.data_ptr(), cupy.int64(cols))
+        _run_kernel(_KERNEL, x.device, (rows * _CLUSTER,), (_THREADS,), args)
         return out
 """
 )
@@ -554,10 +553,8 @@ if _STAGE_BYTES > 48 * 1024:
         parts = torch.empty(3 * rows * grid, dtype=torch.float32, device=x.device)
         arrived = torch.zeros(rows, dtype=torch.int32, device=x.device)
         ptrs = (x.data_ptr(), weight.data_ptr(), bias.data_ptr(), y.data_ptr(), parts.data_ptr(), arrived.data_ptr())
-        stream = _stream(x.device)
-        with cupy.cuda.Device(x.device.index), stream:
-            args = (*ptrs, cupy.int32(rows), cupy.int64(cols), cupy.float32(EPS))
-            _KERNEL((grid,), (_THREADS,), args, shared_mem=_STAGE_BYTES)
+        args = (*ptrs, cupy.int32(rows), cupy.int64(cols), cupy.float32(EPS))
+        _run_kernel(_KERNEL, x.device, (grid,), (_THREADS,), args, shared_mem=_STAGE_BYTES)
         return y
 '''
 

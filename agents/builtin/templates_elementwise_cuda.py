@@ -116,6 +116,7 @@ CUDA_SRC = r"""@CUDA_SRC@"""
 
 _MODULE = cupy.RawModule(code=CUDA_SRC, options=("-std=c++17",))
 @STREAM_PY@
+@FUNCTION_PY@
 _BLOCK, _ITEMS, _WAVES, _VEC = @BLOCK@, @ITEMS@, @WAVES@, @VEC_PY@
 _RESIDENT = max(1, 2048 // _BLOCK)  # blocks of _BLOCK threads one SM holds (2048 threads on H100/H200)
 _F32 = torch.float32
@@ -135,9 +136,7 @@ def _launch(n: int, full: tuple[int, ...], bands: tuple[int, ...], y: int, devic
     index = cupy.int64 if wide else cupy.uint32
     name = ("ew_vec" if aligned else "ew_scalar") + ("_i64" if wide else "_i32")
     args = (*full, *(index(a) if k % 3 else a for k, a in enumerate(bands)), y, index(n))
-    stream = _stream(device)
-    with cupy.cuda.Device(device.index), stream:
-        _MODULE.get_function(name)((blocks,), (_BLOCK,), args)
+    _run_kernel(_function(name), device, (blocks,), (_BLOCK,), args)
 
 
 class ModelNew(nn.Module):

@@ -312,6 +312,7 @@ CUDA_SRC = r"""@CUDA_SRC@"""
 
 _MODULE = cupy.RawModule(code=CUDA_SRC, options=("-std=c++17",))
 @STREAM_PY@
+@FUNCTION_PY@
 OP = "@OP@"
 DIMS = @DIMS@  # as the reference names them (None: every dim)
 KEEPDIM = @KEEPDIM@
@@ -347,30 +348,28 @@ class ModelNew(nn.Module):
             return out.fill_(0.0 if OP == "sum" else float("nan"))
         if red >= 2**31:
             raise ValueError(f"a reduced dim of {red} elements: the kernel indexes it with 32-bit integers")
-        stream = _stream(x.device)
-        with cupy.cuda.Device(x.device.index), stream:
-            @LAUNCH@
-            if _SPLIT > 1:
-                finish = _MODULE.get_function("reduce_finish")
-                args = (part.data_ptr(), out.data_ptr(), cupy.int64(n_out), cupy.int64(red), cupy.int32(_SPLIT))
-                finish(((n_out + 255) // 256,), (256,), args)
+        @LAUNCH@
+        if _SPLIT > 1:
+            finish = _function("reduce_finish")
+            args = (part.data_ptr(), out.data_ptr(), cupy.int64(n_out), cupy.int64(red), cupy.int32(_SPLIT))
+            _run_kernel(finish, x.device, ((n_out + 255) // 256,), (256,), args)
         return out
 '''
 
 _LAUNCH_ROWS = """if inner != 1:
-                raise ValueError(f"this kernel reduces a contiguous dim; {tuple(x.shape)} has {inner} after it")
-            part = _partials(n_out, x.device)
-            kernel = _MODULE.get_function("reduce_rows")
-            grid = ((outer + _ROWS_PER_BLOCK - 1) // _ROWS_PER_BLOCK, _SPLIT)
-            args = (x.data_ptr(), out.data_ptr(), part.data_ptr(), cupy.int64(outer), cupy.int64(red))
-            kernel(grid, (_BLOCK,), args)"""
+            raise ValueError(f"this kernel reduces a contiguous dim; {tuple(x.shape)} has {inner} after it")
+        part = _partials(n_out, x.device)
+        kernel = _function("reduce_rows")
+        grid = ((outer + _ROWS_PER_BLOCK - 1) // _ROWS_PER_BLOCK, _SPLIT)
+        args = (x.data_ptr(), out.data_ptr(), part.data_ptr(), cupy.int64(outer), cupy.int64(red))
+        _run_kernel(kernel, x.device, grid, (_BLOCK,), args)"""
 
 _LAUNCH_INNER = """part = _partials(n_out, x.device)
-            v = 4 if _VEC and inner % 4 == 0 and x.data_ptr() % 16 == 0 else 1
-            kernel = _MODULE.get_function("reduce_inner_v4" if v == 4 else "reduce_inner_v1")
-            grid = (outer * ((inner + _BX * v - 1) // (_BX * v)), _SPLIT)
-            sizes = (cupy.int64(outer), cupy.int64(red), cupy.int64(inner))
-            kernel(grid, (_BX * _BY,), (x.data_ptr(), out.data_ptr(), part.data_ptr(), *sizes))"""
+        v = 4 if _VEC and inner % 4 == 0 and x.data_ptr() % 16 == 0 else 1
+        kernel = _function("reduce_inner_v4" if v == 4 else "reduce_inner_v1")
+        grid = (outer * ((inner + _BX * v - 1) // (_BX * v)), _SPLIT)
+        sizes = (cupy.int64(outer), cupy.int64(red), cupy.int64(inner))
+        _run_kernel(kernel, x.device, grid, (_BX * _BY,), (x.data_ptr(), out.data_ptr(), part.data_ptr(), *sizes))"""
 
 
 def _reduce_py(template: str, params: dict[str, Any], summary: str, cu: str, constants: str, launch: str) -> str:

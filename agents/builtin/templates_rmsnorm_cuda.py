@@ -319,6 +319,7 @@ CUDA_SRC = r"""@CUDA_SRC@"""
 
 _MODULE = cupy.RawModule(code=CUDA_SRC, options=("-std=c++17",))
 @STREAM_PY@
+@FUNCTION_PY@
 KEEPDIM = True
 @CONSTANTS@
 @MODULE@
@@ -330,33 +331,32 @@ KEEPDIM = True
         y = torch.empty_like(x)
         if x.numel() == 0:
             return y
-        stream = _stream(x.device)
-        with cupy.cuda.Device(x.device.index), stream:
-            @LAUNCH@
+        @LAUNCH@
         return y
 '''
 
 _LAUNCH_RMS_ROWS = """if inner != 1:
-                raise ValueError(f"this kernel normalises contiguous dims; {tuple(x.shape)} has {inner} after them")
-            wp = @WEIGHT_PTR@
-            if _SPLIT == 1:
-                kernel = _MODULE.get_function("rms_rows")
-                grid = ((outer + _ROWS_PER_BLOCK - 1) // _ROWS_PER_BLOCK,)
-                args = (x.data_ptr(), wp, y.data_ptr(), cupy.int64(outer), cupy.int64(red), cupy.float32(EPS))
-                kernel(grid, (_BLOCK,), args)
-            else:
-                part = torch.empty(outer * _SPLIT, dtype=torch.float32, device=x.device)
-                partial = _MODULE.get_function("rms_partial")
-                apply = _MODULE.get_function("rms_apply")
-                partial((outer * _SPLIT,), (_BLOCK,), (x.data_ptr(), part.data_ptr(), cupy.int64(red)))
-                args = (x.data_ptr(), wp, part.data_ptr(), y.data_ptr(), cupy.int64(red), cupy.float32(EPS))
-                apply((outer * _SPLIT,), (_BLOCK,), args)"""
+            raise ValueError(f"this kernel normalises contiguous dims; {tuple(x.shape)} has {inner} after them")
+        wp = @WEIGHT_PTR@
+        if _SPLIT == 1:
+            kernel = _function("rms_rows")
+            grid = ((outer + _ROWS_PER_BLOCK - 1) // _ROWS_PER_BLOCK,)
+            args = (x.data_ptr(), wp, y.data_ptr(), cupy.int64(outer), cupy.int64(red), cupy.float32(EPS))
+            _run_kernel(kernel, x.device, grid, (_BLOCK,), args)
+        else:
+            part = torch.empty(outer * _SPLIT, dtype=torch.float32, device=x.device)
+            partial = _function("rms_partial")
+            apply = _function("rms_apply")
+            args = (x.data_ptr(), part.data_ptr(), cupy.int64(red))
+            _run_kernel(partial, x.device, (outer * _SPLIT,), (_BLOCK,), args)
+            args = (x.data_ptr(), wp, part.data_ptr(), y.data_ptr(), cupy.int64(red), cupy.float32(EPS))
+            _run_kernel(apply, x.device, (outer * _SPLIT,), (_BLOCK,), args)"""
 
 _LAUNCH_RMS_INNER = """v = 4 if _VEC and inner % 4 == 0 and x.data_ptr() % 16 == 0 else 1
-            kernel = _MODULE.get_function("rms_inner_v4" if v == 4 else "rms_inner_v1")
-            grid = (outer * ((inner + _BX * v - 1) // (_BX * v)),)
-            args = (x.data_ptr(), y.data_ptr(), cupy.int64(red), cupy.int64(inner), cupy.float32(EPS))
-            kernel(grid, (_BX * _BY,), args)"""
+        kernel = _function("rms_inner_v4" if v == 4 else "rms_inner_v1")
+        grid = (outer * ((inner + _BX * v - 1) // (_BX * v)),)
+        args = (x.data_ptr(), y.data_ptr(), cupy.int64(red), cupy.int64(inner), cupy.float32(EPS))
+        _run_kernel(kernel, x.device, grid, (_BX * _BY,), args)"""
 
 
 def _rms_cuda_py(template: str, params: dict[str, Any], summary: str, cu: str, constants: str, launch: str) -> str:
