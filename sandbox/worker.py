@@ -295,14 +295,16 @@ class CandidateRun:
             checks.append(check)
         return checks
 
-    def diagnose_failure(self, inputs: list[Any], outs: list[torch.Tensor]) -> None:
+    def diagnose_failure(self, inputs: list[Any], outs: list[torch.Tensor], poison_value: float = float("nan")) -> None:
         """Name the cause of a wrong answer where a rerun can tell it.
 
-        Right on the same values in new buffers (every old one still held, so no pointer repeats): an
-        answer replayed from an earlier call. Wrong again, but right when freed memory holds the
-        reference's answer: a read of memory it never wrote (the reference's freed output, most often).
+        Right on the same values in new buffers, freed memory poisoned as for the failed call (every old
+        buffer still held, so no pointer repeats): an answer replayed from an earlier call. Wrong again, but
+        right when freed memory holds the reference's answer: a read of memory it never wrote (the
+        reference's freed output, most often). The poison must be the failed call's: an fmax-style read
+        that a huge value broke would pass under a NaN, and a changed poison would pass for a replay.
         """
-        if self._rerun_passes(inputs, outs, lambda: runtime_checks.poison(self.device, outs)):
+        if self._rerun_passes(inputs, outs, lambda: runtime_checks.poison(self.device, outs, poison_value)):
             why = "wrong on inputs in buffers it had seen before, right on the same values in new buffers"
             self.note([runtime_checks.finding(RESULT_CACHE, why)])
         if self._rerun_passes(inputs, outs, lambda: runtime_checks.prime(self.device, outs)):
@@ -330,7 +332,7 @@ class CandidateRun:
         used = correctness.clone_inputs(inputs)
         again = self.call(used, "running the candidate again", poison_value=1e30)
         if not correctness.compare(again, outs, None, job.policy, seed).passed:
-            self.diagnose_failure(inputs, outs)  # a replayed answer, or memory it never wrote
+            self.diagnose_failure(inputs, outs, poison_value=1e30)  # a replayed answer, or memory it never wrote
             self.note([runtime_checks.finding(UNINITIALISED_MEMORY, "the answer changed with what freed memory held")])
         if len(ref.expected) > 1:
             # Same buffers the candidate has seen, new values: a cache keyed by pointer or id replays.
