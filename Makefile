@@ -26,10 +26,10 @@ setup: $(VENV)/.installed ## create the virtualenv and install kernelforge into 
 demo: setup ## evaluate the built-in reference candidates (GPU if present, else the CPU twins)
 	$(VENV)/bin/kforge demo
 
-test: setup ## lint and run the test suite (GPU tests skip without a GPU)
+test: setup ## lint and run the test suite on two workers (GPU tests skip without a GPU)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n 2 --dist loadgroup
 
 test-gpu: setup ## run only the tests that need a CUDA GPU
 	$(VENV)/bin/pytest -q -m gpu

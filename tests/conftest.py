@@ -30,6 +30,15 @@ def kforge_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Under pytest-xdist (`make test` runs two workers) every test that starts a Ray cluster goes to one
+    # worker: two clusters at once on a small machine would miss Ray's start-up windows. GPU tests go to
+    # one worker too: each worker has its own cache folder, so its device turns do not see the other's.
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("sandbox") == "ray":
+            item.add_marker(pytest.mark.xdist_group("ray"))
+        elif "gpu" in item.keywords:
+            item.add_marker(pytest.mark.xdist_group("gpu"))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

@@ -28,6 +28,9 @@ import pytest
 from sandbox.protocol import EvalJob, TimingConfig
 from tests.conftest import CANDIDATES, PROBLEMS
 
+# One Ray cluster at a time: under pytest-xdist every test of this module runs on the same worker.
+pytestmark = pytest.mark.xdist_group("ray")
+
 RAY = Path(sys.executable).with_name("ray")
 START_TIMEOUT_S = 120
 QUICK = TimingConfig(min_trials=10, min_seconds=0.0, warmup_trials=2)
@@ -334,6 +337,7 @@ NO_RAY = """
 import sys
 sys.modules["ray"] = None  # `import ray` now fails as it does where Ray is not installed
 from graphs.cli import main
+
 code = main(sys.argv[1:] + ["--sandbox", "local"])
 assert code == 0, code
 sys.exit(main(sys.argv[1:] + ["--sandbox", "ray"]))
