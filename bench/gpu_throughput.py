@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.jobs import candidate_jobs  # noqa: E402
 from sandbox.config import LocalSandboxConfig  # noqa: E402
 from sandbox.local import LocalSandbox  # noqa: E402
 from sandbox.protocol import EvalJob  # noqa: E402
@@ -30,18 +31,7 @@ PAIRS = [("softmax_4096x65536", "softmax_cuda"), ("layernorm_16x64x256x256", "la
 
 
 def make_jobs(n: int, timed: bool) -> list[EvalJob]:
-    return [
-        EvalJob(
-            problem_name=f"{PAIRS[i % 2][0]}.py",
-            problem_source=(ROOT / "problems" / f"{PAIRS[i % 2][0]}.py").read_text(),
-            candidate_name=f"{PAIRS[i % 2][1]}.py",
-            candidate_source=(ROOT / "problems" / "candidates" / f"{PAIRS[i % 2][1]}.py").read_text(),
-            device="cuda",
-            references=["eager"],
-            time_candidate=timed,
-        )
-        for i in range(n)
-    ]
+    return candidate_jobs(PAIRS, n, device="cuda", references=["eager"], time_candidate=timed)
 
 
 def measure(timed: bool, callers: int, n: int, gpus: list[str] | None) -> tuple[str, int, int, float, set[str]]:

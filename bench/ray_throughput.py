@@ -24,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.jobs import candidate_jobs  # noqa: E402
 from sandbox.config import LocalSandboxConfig, RaySandboxConfig  # noqa: E402
 from sandbox.local import LocalSandbox  # noqa: E402
 from sandbox.protocol import EvalJob, JobResult, TimingConfig  # noqa: E402
@@ -33,21 +34,8 @@ PAIRS = [("softmax_small", "softmax_cpu"), ("layernorm_small", "layernorm_cpu"),
 
 
 def make_jobs(n: int) -> list[EvalJob]:
-    jobs = []
-    for i in range(n):
-        problem, candidate = PAIRS[i % len(PAIRS)]
-        jobs.append(
-            EvalJob(
-                problem_name=f"{problem}.py",
-                problem_source=(ROOT / "problems" / f"{problem}.py").read_text(),
-                candidate_name=f"{candidate}.py",
-                candidate_source=(ROOT / "problems" / "candidates" / f"{candidate}.py").read_text(),
-                device="cpu",
-                references=["eager"],
-                timing=TimingConfig(min_trials=10, min_seconds=0.0, warmup_trials=2),
-            )
-        )
-    return jobs
+    quick = TimingConfig(min_trials=10, min_seconds=0.0, warmup_trials=2)
+    return candidate_jobs(PAIRS, n, device="cpu", references=["eager"], timing=quick)
 
 
 def measure(name: str, run: Callable[[list[EvalJob]], Iterator[JobResult]], n: int) -> tuple[str, int, float]:

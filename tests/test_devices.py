@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.devices import DeviceTurns
+from sandbox.protocol import EvalJob
 from tools.errors import ConfigError
 
 HOLD_S = 0.05
@@ -159,23 +160,28 @@ def _hold_cpu_for(seconds: float, flag: str) -> None:
         time.sleep(seconds)
 
 
-def test_the_local_backend_waits_for_its_turn_on_the_device(tmp_path: Path) -> None:
-    from structlog.testing import capture_logs
-
-    from sandbox.config import LocalSandboxConfig
-    from sandbox.local import LocalSandbox
-    from sandbox.protocol import EvalJob
+def _cpu_check_job() -> EvalJob:
+    """A quick correctness check (no timing) of the hand-written CPU softmax."""
     from tests.conftest import CANDIDATES, PROBLEMS
 
-    job = EvalJob(
+    return EvalJob(
         problem_name="softmax_small.py",
         problem_source=(PROBLEMS / "softmax_small.py").read_text(),
         candidate_source=(CANDIDATES / "softmax_cpu.py").read_text(),
         device="cpu",
         n_checks=1,
         references=["eager"],
-        time_candidate=False,  # a check: it would share the CPU, but a timing job holds it
+        time_candidate=False,
     )
+
+
+def test_the_local_backend_waits_for_its_turn_on_the_device(tmp_path: Path) -> None:
+    from structlog.testing import capture_logs
+
+    from sandbox.config import LocalSandboxConfig
+    from sandbox.local import LocalSandbox
+
+    job = _cpu_check_job()  # a check: it would share the CPU, but a timing job holds it
     flag = tmp_path / "holding"
     holder = multiprocessing.get_context("spawn").Process(target=_hold_cpu_for, args=(2.0, str(flag)))
     holder.start()
@@ -201,18 +207,8 @@ def _hold_cpu_until(flag: str, release: str) -> None:
 def test_the_fork_server_starts_while_a_job_waits_for_its_turn_not_during_it(tmp_path: Path) -> None:
     from sandbox.config import LocalSandboxConfig
     from sandbox.local import LocalSandbox
-    from sandbox.protocol import EvalJob
-    from tests.conftest import CANDIDATES, PROBLEMS
 
-    job = EvalJob(
-        problem_name="softmax_small.py",
-        problem_source=(PROBLEMS / "softmax_small.py").read_text(),
-        candidate_source=(CANDIDATES / "softmax_cpu.py").read_text(),
-        device="cpu",
-        n_checks=1,
-        references=["eager"],
-        time_candidate=False,
-    )
+    job = _cpu_check_job()
     flag, release = tmp_path / "holding", tmp_path / "release"
     holder = multiprocessing.get_context("spawn").Process(target=_hold_cpu_until, args=(str(flag), str(release)))
     holder.start()
@@ -240,7 +236,6 @@ def test_the_fork_server_starts_while_a_job_waits_for_its_turn_not_during_it(tmp
 def test_cuda_jobs_run_on_a_gpu_of_the_pool_and_say_which() -> None:
     from sandbox.config import LocalSandboxConfig
     from sandbox.local import LocalSandbox
-    from sandbox.protocol import EvalJob
     from tests.conftest import CANDIDATES, PROBLEMS
     from tools.device import visible_gpus
 
