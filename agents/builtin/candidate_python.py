@@ -51,8 +51,9 @@ class ModelNew(nn.Module):
             raise ValueError(f"cannot multiply {tuple(A.shape)} by {tuple(B.shape)}")'''
 
 # Launching on PyTorch's current stream with the least host work: the harness synchronises before each timed
-# call, so Python around a launch is counted. CuPy's stream and device contexts and a function lookup per call
-# cost ~10 µs a launch on the H200, 3.5 µs more than torch.relu's whole call (bench/launch_overhead.py).
+# call, so Python around a launch is counted. Handing the stream to the launch, with no CuPy stream or device
+# context and no function lookup per call, was the fastest CuPy path in both runs of bench/launch_overhead.py
+# on the H200: 2-16 µs a call below making and entering them every call.
 # Every CUDA module template holds STREAM_PY (``fill`` puts it where a template says @STREAM_PY@), and
 # FUNCTION_PY after a ``RawModule``.
 STREAM_PY = r'''
