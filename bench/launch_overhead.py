@@ -6,7 +6,9 @@ The harness synchronises before each timed call, so a call's host work (Python, 
 stream lookup) is idle GPU time between the two events. Each contender is timed with the harness's own
 timer (``tools.timing.CudaTimer``) on a 16 KiB input, where the kernel itself takes ~2 µs and the rest is
 host, and on a 256 MiB input, where the kernel dominates. The same relu kernel runs in every CuPy row;
-only the Python around the launch differs. Prints a Markdown table of medians.
+only the Python around the launch differs; the templates' row runs the launch helpers the builtin
+templates render (``agents.builtin.candidate_python``). Prints a Markdown table of medians, then the host
+time of each step a wrapper may take around a launch, each alone in a loop.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 import cupy  # noqa: E402
 import torch  # noqa: E402
 
+from agents.builtin.candidate_python import FUNCTION_PY, STREAM_PY  # noqa: E402
 from tools.timing import CudaTimer  # noqa: E402
 
 RELU = r"""
@@ -57,38 +61,57 @@ def contenders(device: torch.device) -> dict[str, Callable[[torch.Tensor], Any]]
             module.get_function("relu4")((blocks,), (256,), (x.data_ptr(), out.data_ptr(), cupy.uint32(n4)))
         return out
 
-    streams: dict[int, cupy.cuda.Stream] = {}
+    # The launch path every builtin CUDA template renders (agents.builtin.candidate_python), run as is.
+    snippets: dict[str, Any] = {"cupy": cupy, "torch": torch, "_MODULE": module}
+    exec(STREAM_PY + FUNCTION_PY, snippets)
+    run_kernel, function = snippets["_run_kernel"], snippets["_function"]
 
-    def stream_of(device: torch.device) -> cupy.cuda.Stream:
-        current = torch.cuda.current_stream(device)
-        stream = streams.get(current.cuda_stream)
-        if stream is None:
-            stream = streams[current.cuda_stream] = cupy.cuda.Stream.from_external(current)
-        return stream
-
-    def cached_stream(x: torch.Tensor) -> torch.Tensor:
-        # The builtin templates now (candidate_python.STREAM_PY): the stream object made once per stream.
+    def templates(x: torch.Tensor) -> torch.Tensor:
         out = torch.empty_like(x)
         n4 = x.numel() // 4
-        with cupy.cuda.Device(x.device.index), stream_of(x.device):
-            module.get_function("relu4")((grid(n4),), (256,), (x.data_ptr(), out.data_ptr(), cupy.uint32(n4)))
-        return out
-
-    function = module.get_function("relu4")
-
-    def no_contexts(x: torch.Tensor) -> torch.Tensor:
-        # The least Python CuPy allows: the function kept, the stream handed to the launch, no contexts.
-        out = torch.empty_like(x)
-        n4 = x.numel() // 4
-        function((grid(n4),), (256,), (x.data_ptr(), out.data_ptr(), cupy.uint32(n4)), stream=stream_of(x.device))
+        run_kernel(function("relu4"), x.device, (grid(n4),), (256,), (x.data_ptr(), out.data_ptr(), cupy.uint32(n4)))
         return out
 
     return {
         "torch.relu (eager)": torch.relu,
-        "CuPy: stream object, device context, function lookup every call (templates before)": per_call_lookups,
-        "CuPy: stream object kept; device context, function lookup every call (templates now)": cached_stream,
-        "CuPy: function and stream object kept, no contexts": no_contexts,
+        "CuPy: stream object, device context, function lookup every call (templates before e7af476)": per_call_lookups,
+        "CuPy: the templates' launch path (candidate_python.STREAM_PY, FUNCTION_PY)": templates,
     }
+
+
+def steps(device: torch.device, calls: int) -> dict[str, float]:
+    """Median host µs of each step a wrapper may take around its launch (no GPU work waits on any of them)."""
+    x = torch.empty(4096, device=device)
+    stream = cupy.cuda.Stream.from_external(torch.cuda.current_stream(device))
+    empty = cupy.RawModule(code='extern "C" __global__ void nothing(const float* x, unsigned int n) {}')
+    kernel = empty.get_function("nothing")
+    identity = torch.nn.Identity()
+    ops: dict[str, Callable[[], Any]] = {
+        "torch.cuda.current_stream(device)": lambda: torch.cuda.current_stream(device),
+        "torch._C._cuda_getCurrentRawStream(index)": lambda: torch._C._cuda_getCurrentRawStream(device.index),
+        "cupy.cuda.runtime.getDevice()": cupy.cuda.runtime.getDevice,
+        "torch.cuda.get_device_properties(device)": lambda: torch.cuda.get_device_properties(device),
+        "torch.empty(4096, device=device)": lambda: torch.empty(4096, device=device),
+        "torch.empty_like(x)": lambda: torch.empty_like(x),
+        "x.contiguous()": x.contiguous,
+        "x.data_ptr()": x.data_ptr,
+        "cupy.int64(4096)": lambda: cupy.int64(4096),
+        "nn.Module call (Identity)": lambda: identity(x),
+        "CuPy launch, 2 args, stream object": lambda: kernel(
+            (1,), (32,), (x.data_ptr(), cupy.uint32(1)), stream=stream
+        ),
+    }
+    out = {}
+    for name, op in ops.items():
+        samples = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                op()
+            samples.append((time.perf_counter() - t0) * 1e6 / calls)
+        out[name] = statistics.median(samples)
+    torch.cuda.synchronize(device)
+    return out
 
 
 def main() -> None:
@@ -123,6 +146,9 @@ def main() -> None:
                 raise SystemExit(f"{name}: wrong output")
             cells.append(f"{statistics.median(samples):.1f}")
         print(f"| {name} | {' | '.join(cells)} |")
+    print("\n| host step | median µs |\n|---|---|")
+    for name, us in steps(device, 2000).items():
+        print(f"| {name} | {us:.2f} |")
 
 
 if __name__ == "__main__":

@@ -62,11 +62,23 @@ _STREAMS = {}
 
 def _stream(device: torch.device) -> "cupy.cuda.Stream":
     """CuPy's view of PyTorch's current stream on ``device`` (made on first use, then reused)."""
-    current = torch.cuda.current_stream(device)
-    stream = _STREAMS.get(current.cuda_stream)
+    # The raw handle, as torch.compile's generated code reads it: torch.cuda.current_stream builds a Python
+    # Stream object on every call.
+    raw = torch._C._cuda_getCurrentRawStream(device.index)
+    stream = _STREAMS.get(raw)
     if stream is None:
-        stream = _STREAMS[current.cuda_stream] = cupy.cuda.Stream.from_external(current)
+        stream = _STREAMS[raw] = cupy.cuda.Stream.from_external(torch.cuda.current_stream(device))
     return stream
+
+
+_SMS = {}
+
+
+def _sm_count(device: torch.device) -> int:
+    """The number of SMs of ``device`` (read once: the properties call costs host time on every launch)."""
+    if device.index not in _SMS:
+        _SMS[device.index] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _SMS[device.index]
 
 
 def _run_kernel(kernel, device: torch.device, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0) -> None:

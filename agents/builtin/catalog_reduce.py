@@ -276,10 +276,10 @@ def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
     if device != "cuda":
         return []
     if inner == 1:
-        # ~16 floats per thread: short rows share a warp, long rows get several warps; the third seed tries
-        # the neighbouring group size (twice as many threads, or half when already at 1024).
-        tpr = _pow2_at_least(red / 16, _POW2)
         if rms:
+            # ~16 floats per thread: short rows share a warp, long rows get several warps; the third seed tries
+            # the neighbouring group size (twice as many threads, or half when already at 1024).
+            tpr = _pow2_at_least(red / 16, _POW2)
             tpr = max(tpr, 32)
             other = 2 * tpr if tpr < 1024 else tpr // 2
             items = _pow2_at_least(red / (4 * tpr), (2, 4, 8, 16)) if red <= 4 * tpr * 16 else 0
@@ -293,18 +293,25 @@ def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
             if split > 1:
                 out.insert(0, ("rmsnorm_cuda_rows", {"tpr": 1024, "block": 1024, "items": 0, "split": split}))
             return out
-        other = 2 * tpr if tpr < 1024 else tpr // 2
+        # ~64 floats per thread (~256 for argmax / argmin, whose compare chain costs more per element than its
+        # load), 256-thread blocks, 4 float4 loads in flight: the best region of the H200 sweep in
+        # bench/RESULTS.md (`bench/host_device_split.py`), where a row's group of 512-1024 threads ran 1.2-2.5x
+        # slower on the GPU.
+        per_thread = 256 if shape.op in ("argmax", "argmin") else 64
+        tpr = min(256, _pow2_at_most(red / per_thread, _POW2))
         split = _split_for(outer, red, (1, 2, 4, 8, 16, 32, 64, 128))
         out = [
-            ("reduce_cuda_rows", {"tpr": tpr, "block": max(256, tpr), "unroll": 2}),
-            ("reduce_cuda_rows", {"tpr": tpr, "block": max(256, tpr), "unroll": 4}),
-            ("reduce_cuda_rows", {"tpr": other, "block": max(256, other), "unroll": 1 if other > tpr else 4}),
-            ("reduce_cuda_rows", {"tpr": tpr, "block": max(256, tpr), "vec4": False}),
+            ("reduce_cuda_rows", {"tpr": tpr, "block": 256, "unroll": 4}),
+            ("reduce_cuda_rows", {"tpr": max(4, tpr // 2), "block": 256, "unroll": 4}),
+            ("reduce_cuda_rows", {"tpr": tpr, "block": 1024, "unroll": 4}),
+            ("reduce_cuda_rows", {"tpr": tpr, "block": 256, "unroll": 2}),
         ]
         if split > 1:
             out.insert(0, ("reduce_cuda_rows", {"tpr": 1024, "block": 1024, "split": split}))
         return out
-    # Strided: enough threads across the inner dim to cover it with float4s, the rest down the reduced dim.
+    # Strided: enough threads across the inner dim to cover it with float4s, up to 8 down the reduced dim, and
+    # the reduced dim split over blocks until ~1024 threads per SM of an H200 are busy (the sweep's best points
+    # in bench/RESULTS.md); a split costs a second launch, so only as much as that needs.
     vec4 = inner % 4 == 0
     bx = _pow2_at_least(inner / (4 if vec4 else 1), (16, 32, 64, 128))
     if rms:
@@ -318,16 +325,15 @@ def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
             ("rmsnorm_cuda_inner", {"bx": bx, "by": by, "items": 0, "vec4": vec4}),
             ("rmsnorm_cuda_inner", {"bx": max(32, bx // 2), "by": min(16, 2 * by), "items": 0, "vec4": vec4}),
         ]
-    by = _pow2_at_least(256 / bx, (1, 2, 4, 8, 16, 32))
+    by = min(8, 1024 // bx)
     columns = inner / (4 if vec4 else 1)
-    blocks = outer * -(-columns // bx)
-    # ~4 blocks per SM of an H200, keeping at least ~64 reduced rows per block and thread column.
-    split = _pow2_at_most(min(4 * H200_SMS / max(blocks, 1), red / (64 * by)), (1, 2, 4, 8, 16, 32, 64))
+    threads = outer * -(-columns // bx) * bx * by
+    split = _pow2_at_most(min(1024 * H200_SMS / threads, red / (64 * by)), (1, 2, 4, 8, 16, 32, 64))
     out = [
         ("reduce_cuda_inner", {"bx": bx, "by": by, "split": split, "vec4": vec4}),
-        ("reduce_cuda_inner", {"bx": bx, "by": min(32, 2 * by), "split": split, "vec4": vec4}),
-        ("reduce_cuda_inner", {"bx": bx, "by": by, "split": 1, "vec4": vec4}),
-        ("reduce_cuda_inner", {"bx": max(16, bx // 2), "by": by, "split": min(64, 2 * split), "vec4": vec4}),
+        ("reduce_cuda_inner", {"bx": bx, "by": by, "split": min(64, 2 * split), "vec4": vec4}),
+        ("reduce_cuda_inner", {"bx": max(16, bx // 2), "by": min(16, 2 * by), "split": split, "vec4": vec4}),
+        ("reduce_cuda_inner", {"bx": bx, "by": max(1, by // 2), "split": split, "vec4": vec4}),
     ]
     return out
 

@@ -547,7 +547,7 @@ if _STAGE_BYTES > 48 * 1024:
         rows = x.numel() // cols if cols else 0
         if rows == 0:
             return y
-        grid = torch.cuda.get_device_properties(x.device).multi_processor_count * _PER_SM
+        grid = _sm_count(x.device) * _PER_SM
         if cols % 4 or cols > grid * _CHUNK:
             raise ValueError(f"rows of {cols} elements: this kernel takes multiples of 4 up to {grid * _CHUNK}")
         parts = torch.empty(3 * rows * grid, dtype=torch.float32, device=x.device)

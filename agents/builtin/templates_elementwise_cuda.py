@@ -130,8 +130,7 @@ def _launch(n: int, full: tuple[int, ...], bands: tuple[int, ...], y: int, devic
     per_block = _BLOCK * _ITEMS * (4 if aligned else 1)
     blocks = -(-n // per_block)
     if _WAVES:  # a grid-stride loop over a fixed number of resident-block waves
-        sms = torch.cuda.get_device_properties(device).multi_processor_count
-        blocks = min(blocks, _WAVES * sms * _RESIDENT)
+        blocks = min(blocks, _WAVES * _sm_count(device) * _RESIDENT)
     wide = n + 2 * blocks * per_block >= 2**31  # 32-bit index math whenever it cannot overflow
     index = cupy.int64 if wide else cupy.uint32
     name = ("ew_vec" if aligned else "ew_scalar") + ("_i64" if wide else "_i32")

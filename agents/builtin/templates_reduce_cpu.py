@@ -366,7 +366,7 @@ def render_reduce_cpu(params: dict[str, Any], summary: str) -> str:
         ABOUT=about(params, "CPU"),
         KEEPDIM=repr(bool(spec.get("keepdim", False))),
         C_SRC=c_src,
-        IMPORTS=imports_block(params["binding"]),
+        IMPORTS=imports_block(params["binding"], ("functools",)),
         BINDING=binding_block("reduce_cpu", {"reduce": ("ppiii", "")}, params["binding"]),
         OP=op,
         DIMS=repr(spec.get("dims")),

@@ -304,6 +304,8 @@ Parameters: @PARAMS@.
 @ABOUT@
 """
 
+import functools
+
 import cupy
 import torch
 import torch.nn as nn
@@ -321,9 +323,13 @@ _ACC_BYTES = 8  # struct Acc: a float and an int
 @CONSTANTS@
 @LAYOUT@
 
-def _partials(n_out: int, device: torch.device) -> torch.Tensor:
-    """Scratch for the split kernels' partials (struct Acc: 8 bytes each); empty without a split."""
-    return torch.empty(_SPLIT * n_out * _ACC_BYTES // 4 if _SPLIT > 1 else 0, dtype=torch.float32, device=device)
+def _partials(n_out: int, device: torch.device) -> tuple[torch.Tensor | None, int]:
+    """Scratch for the split kernels' partials (struct Acc: 8 bytes each) and its address; (None, 0) without a
+    split (the kernel never reads the null pointer, and the call's host path makes no allocation)."""
+    if _SPLIT == 1:
+        return None, 0
+    part = torch.empty(_SPLIT * n_out * _ACC_BYTES // 4, dtype=torch.float32, device=device)
+    return part, part.data_ptr()
 
 
 class ModelNew(nn.Module):
@@ -351,25 +357,25 @@ class ModelNew(nn.Module):
         @LAUNCH@
         if _SPLIT > 1:
             finish = _function("reduce_finish")
-            args = (part.data_ptr(), out.data_ptr(), cupy.int64(n_out), cupy.int64(red), cupy.int32(_SPLIT))
+            args = (part_ptr, out.data_ptr(), cupy.int64(n_out), cupy.int64(red), cupy.int32(_SPLIT))
             _run_kernel(finish, x.device, ((n_out + 255) // 256,), (256,), args)
         return out
 '''
 
 _LAUNCH_ROWS = """if inner != 1:
             raise ValueError(f"this kernel reduces a contiguous dim; {tuple(x.shape)} has {inner} after it")
-        part = _partials(n_out, x.device)
+        part, part_ptr = _partials(n_out, x.device)
         kernel = _function("reduce_rows")
         grid = ((outer + _ROWS_PER_BLOCK - 1) // _ROWS_PER_BLOCK, _SPLIT)
-        args = (x.data_ptr(), out.data_ptr(), part.data_ptr(), cupy.int64(outer), cupy.int64(red))
+        args = (x.data_ptr(), out.data_ptr(), part_ptr, cupy.int64(outer), cupy.int64(red))
         _run_kernel(kernel, x.device, grid, (_BLOCK,), args)"""
 
-_LAUNCH_INNER = """part = _partials(n_out, x.device)
+_LAUNCH_INNER = """part, part_ptr = _partials(n_out, x.device)
         v = 4 if _VEC and inner % 4 == 0 and x.data_ptr() % 16 == 0 else 1
         kernel = _function("reduce_inner_v4" if v == 4 else "reduce_inner_v1")
         grid = (outer * ((inner + _BX * v - 1) // (_BX * v)), _SPLIT)
         sizes = (cupy.int64(outer), cupy.int64(red), cupy.int64(inner))
-        _run_kernel(kernel, x.device, grid, (_BX * _BY,), (x.data_ptr(), out.data_ptr(), part.data_ptr(), *sizes))"""
+        _run_kernel(kernel, x.device, grid, (_BX * _BY,), (x.data_ptr(), out.data_ptr(), part_ptr, *sizes))"""
 
 
 def _reduce_py(template: str, params: dict[str, Any], summary: str, cu: str, constants: str, launch: str) -> str:

@@ -167,7 +167,7 @@ def render_rms_cpu(params: dict[str, Any], summary: str) -> str:
         DIMS_TEXT=dims_text(spec_of(params).get("dims")),
         TIMES_WEIGHT=times,
         C_SRC=c_src,
-        IMPORTS=imports_block(params["binding"]),
+        IMPORTS=imports_block(params["binding"], ("functools",)),
         BINDING=binding_block("rmsnorm_cpu", {"rmsnorm": ("ppiiiif", "")}, params["binding"]),
         MODULE=rms_module(params),
         WEIGHT=weight,

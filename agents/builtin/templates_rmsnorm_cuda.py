@@ -311,6 +311,8 @@ Parameters: @PARAMS@.
 RMSNorm: y = x / sqrt(mean(x^2 over @DIMS_TEXT@) + eps)@TIMES_WEIGHT@, on float32 CUDA tensors.
 """
 
+import functools
+
 import cupy
 import torch
 import torch.nn as nn

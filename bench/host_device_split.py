@@ -1,0 +1,188 @@
+"""Where a candidate's time goes: the host's part and the GPU's, beside the eager reference, for template points.
+
+    python bench/host_device_split.py PROBLEM [--point TEMPLATE:JSON ...] [--sweep NAME=V1,V2 ...]
+                                      [--calls 200] [--burst 50] [--json FILE]
+
+The harness synchronises before each timed call, so a call's time is its host work up to the launch plus the
+GPU's. For the eager reference and every point this prints a Markdown row of medians:
+
+- call: the harness's own measure (``tools.timing.CudaTimer``, L2 flushed before each call);
+- device: events around a burst of back-to-back calls, divided by the burst, so that the host's work hides
+  behind the GPU's (L2 flushed before each burst only: close to the kernels' time when the inputs are much
+  larger than L2, and a lower bound otherwise);
+- host: the wall time of the same burst per call, the time Python and the launches take to enqueue;
+- host after sync: the wall time of the call itself inside the harness's measure (right after a
+  synchronisation, as every timed call runs).
+
+Points are the builtin team's first-round seeds for the problem unless ``--point`` names some (params as
+JSON, merged over the seed of that template, which carries the problem's spec). ``--sweep tpr=32,64
+unroll=2,4`` times every combination over each point. Each point's output is checked against the reference
+(atol = rtol = 1e-2, indices exactly) before it is timed; a point that is wrong or fails is listed, not timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from agents.builtin.catalog import TEMPLATES, render, seeds  # noqa: E402
+from agents.builtin.recognise import analyse  # noqa: E402
+from tools.correctness import flatten_outputs  # noqa: E402
+from tools.problem import build_model, exec_source, load_problem, make_inputs  # noqa: E402
+from tools.timing import CudaTimer  # noqa: E402
+
+COPY_BYTES_PER_S = 4.28e12  # DESIGN.md's H200 copy ceiling (read + write)
+Point = tuple[str, dict[str, Any]]
+
+
+def points_for(problem_path: str, named: list[str], sweep: list[str]) -> list[Point]:
+    problem = load_problem(problem_path)
+    shape = analyse(problem.info)
+    if shape is None:
+        raise SystemExit(f"{problem_path}: no builtin template applies")
+    # The problem's facts (the op, its dims, eps) ride along in every point, as the builtin planner sends them.
+    first = [(t, {**shape.extras(), **p}) for t, p in seeds(shape, "cuda")]
+    base: list[Point] = first[:1] if sweep else first  # a sweep varies the most promising seed
+    if named:
+        base = []
+        for text in named:
+            template, _, params = text.partition(":")
+            seed = next((p for t, p in first if t == template), {})
+            base.append((template, {**seed, **json.loads(params or "{}")}))
+    grid = [(name, [json.loads(v) for v in values.split(",")]) for name, _, values in (s.partition("=") for s in sweep)]
+    out: list[Point] = []
+    for template, params in base:
+        for combo in itertools.product(*(values for _, values in grid)):
+            point = (template, {**params, **dict(zip((n for n, _ in grid), combo, strict=True))})
+            if point not in out:
+                out.append(point)
+    return out
+
+
+def _same(got: Any, expected: list[torch.Tensor]) -> bool:
+    outs = flatten_outputs(got)
+    if len(outs) != len(expected):
+        return False
+    for a, e in zip(outs, expected, strict=True):
+        if a.shape != e.shape or a.dtype != e.dtype:
+            return False
+        if e.is_floating_point() and not torch.allclose(a, e, atol=1e-2, rtol=1e-2):
+            return False
+        if not e.is_floating_point() and not torch.equal(a, e):
+            return False
+    return True
+
+
+def measure(fn: Callable[..., Any], inputs: list[Any], timer: CudaTimer, calls: int, burst: int) -> dict[str, float]:
+    for _ in range(10):
+        fn(*inputs)
+    call_us, synced_host_us = [], []
+
+    def host_timed(*args: Any) -> Any:
+        t0 = time.perf_counter()
+        out = fn(*args)
+        synced_host_us.append((time.perf_counter() - t0) * 1e6)
+        return out
+
+    for _ in range(calls):
+        timer.flush()
+        ms, _ = timer.time_call(host_timed, inputs)
+        call_us.append(ms * 1000)
+    device_us, host_us = [], []
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(5):
+        timer.flush()
+        timer.synchronize()
+        start.record()
+        t0 = time.perf_counter()
+        for _ in range(burst):
+            fn(*inputs)
+        host_us.append((time.perf_counter() - t0) * 1e6 / burst)
+        end.record()
+        timer.synchronize()
+        device_us.append(start.elapsed_time(end) * 1000 / burst)
+    return {
+        "call_us": statistics.median(call_us),
+        "device_us": statistics.median(device_us),
+        "host_us": statistics.median(host_us),
+        "synced_host_us": statistics.median(synced_host_us),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("problem")
+    parser.add_argument("--point", action="append", default=[], help="TEMPLATE:JSON params (repeatable)")
+    parser.add_argument("--sweep", nargs="*", default=[], help="NAME=V1,V2 (values as JSON)")
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--burst", type=int, default=50)
+    parser.add_argument("--json", help="also write every measurement here")
+    args = parser.parse_args()
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    problem = load_problem(args.problem)
+    init = list(problem.module.get_init_inputs())
+    reference = build_model(problem.module.Model, init, device, seed=0)
+    inputs = make_inputs(problem.module.get_inputs, device, seed=1)
+    with torch.no_grad():
+        expected = [t.clone() for t in flatten_outputs(reference(*inputs))]
+    floor_us = problem.info.bytes_moved / COPY_BYTES_PER_S * 1e6
+    timer = CudaTimer(device)
+    print(
+        f"{problem.info.name} on {torch.cuda.get_device_name(device)}, torch {torch.__version__}; "
+        f"copy floor {floor_us:.1f} µs ({problem.info.bytes_moved / 2**20:.0f} MiB moved)\n"
+    )
+    columns = ("call µs", "device µs", "host µs", "host after sync µs", "call − device", "vs eager (call)")
+    columns += ("% floor (call)", "% floor (device)")
+    print(f"| contender | {' | '.join(columns)} |\n|---|{'---|' * len(columns)}")
+    rows: list[dict[str, Any]] = []
+
+    def report(name: str, m: dict[str, float], eager_us: float) -> None:
+        rows.append({"contender": name, **m})
+        print(
+            f"| {name} | {m['call_us']:.1f} | {m['device_us']:.1f} | {m['host_us']:.1f} | {m['synced_host_us']:.1f} | "
+            f"{m['call_us'] - m['device_us']:.1f} | {eager_us / m['call_us']:.3f}× | "
+            f"{100 * floor_us / m['call_us']:.1f}% | {100 * floor_us / m['device_us']:.1f}% |",
+            flush=True,
+        )
+
+    with torch.no_grad():
+        eager = measure(reference, inputs, timer, args.calls, args.burst)
+        report("eager", eager, eager["call_us"])
+        shape_facts = ("spec", "op", "eps")
+        for template, params in points_for(args.problem, args.point, args.sweep):
+            shown = {k: v for k, v in params.items() if k not in shape_facts}
+            name = f"`{template}` {json.dumps(shown, separators=(',', ':'))}"
+            try:
+                TEMPLATES[template].normalise(dict(params))
+            except ValueError as exc:
+                print(f"| {name} | not a point of the template: {exc} | | | | | | | |")
+                continue
+            try:
+                module = exec_source(render(template, params, "cuda"), f"<{template}>", "candidate")
+                candidate = build_model(module.ModelNew, init, device, seed=0)
+                candidate.load_state_dict(reference.state_dict(), strict=False)
+                if not _same(candidate(*inputs), expected):
+                    print(f"| {name} | wrong output | | | | | | | |")
+                    continue
+                report(name, measure(candidate, inputs, timer, args.calls, args.burst), eager["call_us"])
+            except Exception as exc:  # one failing point is a row of the table, not the end of the sweep
+                print(f"| {name} | failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]} | | | | | | | |")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"problem": args.problem, "floor_us": floor_us, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
