@@ -1,7 +1,7 @@
 """Where a candidate's time goes: the host's part and the GPU's, beside the eager reference, for template points.
 
     python bench/host_device_split.py PROBLEM [--point TEMPLATE:JSON ...] [--sweep NAME=V1,V2 ...]
-                                      [--calls 200] [--burst 50] [--json FILE]
+                                      [--calls 200] [--burst 50] [--json FILE] [--audit]
 
 The harness synchronises before each timed call, so a call's time is its host work up to the launch plus the
 GPU's. For the eager reference and every point this prints a Markdown row of medians:
@@ -23,6 +23,7 @@ unroll=2,4`` times every combination over each point. Each point's output is che
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import statistics
@@ -41,6 +42,7 @@ from agents.builtin.catalog import TEMPLATES, render, seeds  # noqa: E402
 from agents.builtin.recognise import analyse  # noqa: E402
 from tools.correctness import flatten_outputs  # noqa: E402
 from tools.problem import build_model, exec_source, load_problem, make_inputs  # noqa: E402
+from tools.runtime_checks import AuditWatch  # noqa: E402
 from tools.timing import CudaTimer  # noqa: E402
 
 COPY_BYTES_PER_S = 4.28e12  # DESIGN.md's H200 copy ceiling (read + write)
@@ -129,6 +131,9 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--burst", type=int, default=50)
     parser.add_argument("--json", help="also write every measurement here")
+    parser.add_argument(
+        "--audit", action="store_true", help="time with the worker's audit hook installed and on, as the harness does"
+    )
     args = parser.parse_args()
 
     device = torch.device("cuda", torch.cuda.current_device())
@@ -158,7 +163,11 @@ def main() -> None:
             flush=True,
         )
 
-    with torch.no_grad():
+    audit: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    if args.audit:
+        audit = AuditWatch(candidate_file="<no candidate file>").on()
+        print("(timed with the worker's audit hook installed and on)\n")
+    with torch.no_grad(), audit:
         eager = measure(reference, inputs, timer, args.calls, args.burst)
         report("eager", eager, eager["call_us"])
         shape_facts = ("spec", "op", "eps")
