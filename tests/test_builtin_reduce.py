@@ -180,6 +180,30 @@ def test_the_problem_files_and_the_suite(tmp_path: Path) -> None:
         assert s is not None and (s.family, s.op, s.inner) == want, name
 
 
+@pytest.mark.parametrize(
+    ("name", "floats_per_thread"),
+    [("sum_lastdim_4096x16384", 64), ("max_lastdim_256x256x1024", 64), ("argmax_lastdim_8192x8192", 256)],
+)
+def test_first_cuda_seed_of_a_contiguous_reduction(name: str, floats_per_thread: int) -> None:
+    # The H200 sweep in bench/RESULTS.md: 256-thread blocks, 4 float4 loads in flight, ~64 floats a thread
+    # (~256 for argmax / argmin); groups of 512-1024 threads a row ran 1.2-2.5x slower on the GPU.
+    s = builtin.analyse(load_problem(PROBLEMS / "suite" / f"{name}.py").info)
+    template, p = seeds(s, "cuda")[0]
+    assert template == "reduce_cuda_rows" and (p["block"], p["unroll"]) == (256, 4)
+    assert s.cols / p["tpr"] == floats_per_thread
+
+
+@pytest.mark.parametrize("name", ["mean_dim1_64x1024x1024", "min_dim1_32x4096x512", "argmin_dim1_128x2048x256"])
+def test_first_cuda_seed_of_a_strided_reduction_fills_the_gpu(name: str) -> None:
+    # Up to 8 threads down each float4 column, and the reduced dim split only until ~1024 threads an SM
+    # (132 SMs) are busy: the sweep's best points; a split costs a second launch and host time.
+    s = builtin.analyse(load_problem(PROBLEMS / "suite" / f"{name}.py").info)
+    template, p = seeds(s, "cuda")[0]
+    threads = s.rows * (s.inner // 4) * p["by"] * p["split"]
+    assert template == "reduce_cuda_inner" and p["by"] == 8
+    assert 1024 * 132 // 2 < threads <= 1024 * 132
+
+
 # --------------------------------------------------------------------------------------- propose
 
 
