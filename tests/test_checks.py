@@ -160,5 +160,20 @@ def test_the_critic_rejects_a_cheat_and_names_the_trick() -> None:
     assert verdict == "rejected" and "precision_downgrade at line 9" in reason
 
 
+@pytest.mark.parametrize(("patience", "stop"), [(2, "no improvement for 2 rounds"), (3, None)])
+def test_the_critic_stops_after_patience_rounds_without_a_better_candidate(patience: int, stop: str | None) -> None:
+    from graphs.config import RunConfig
+
+    settings = RunConfig(problem="p.py", rounds=5, patience=patience)
+    ctx = SimpleNamespace(problem=SimpleNamespace(info=info("softmax")), settings=settings)
+    judged = {"status": "ok", "verdict": "accepted", "round": 1}
+    best = {**judged, "id": "c1-0", "speedup_vs_best": 1.5}
+    slower = {**judged, "id": "c2-0", "speedup_vs_best": 1.2, "round": 2}
+    state = {"round": 2, "candidates": [best, slower], "best_id": "c1-0", "rounds_without_improvement": 1}
+    update = Critic()(state, ctx)  # type: ignore[arg-type]
+    assert update["best_id"] == "c1-0" and update["rounds_without_improvement"] == 2
+    assert update.get("stop_reason") == stop
+
+
 def test_finding_reads_as_the_critic_reason() -> None:
     assert str(Finding("thread", 3, "imports threading")) == "thread at line 3: imports threading"
