@@ -1,10 +1,10 @@
 """``kforge report`` and ``kforge trace`` on real CPU runs, and the report opened in headless Chromium.
 
-Two runs are made once for the module: the builtin team on the CPU softmax (real compile, checks and
-timing), and an LLM team served by a local fake OpenAI server whose scripted answers include a compile
-error, a wrong kernel and an idea carrying a ``<script>`` tag. The browser tests skip without
-Chromium unless KFORGE_REQUIRE_CHROMIUM=1; their screenshots go to tests/artifacts/ (or
-$KFORGE_TEST_ARTIFACTS).
+Two runs are made once for the test session (the xdist workers share them; each gets a copy): the builtin
+team on the CPU softmax (real compile, checks and timing), and an LLM team served by a local fake OpenAI
+server whose scripted answers include a compile error, a wrong kernel and an idea carrying a ``<script>``
+tag. The browser tests skip without Chromium unless KFORGE_REQUIRE_CHROMIUM=1; their screenshots go to
+tests/artifacts/ (or $KFORGE_TEST_ARTIFACTS).
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ from graphs.rundata import RoundSummary, load_run, role_wall_seconds
 from tests.cdp import Browser, find_chromium
 from tests.conftest import CANDIDATES, FIXTURES, ROOT
 from tests.fake_openai_server import FakeOpenAIServer
+from tools.paths import flocked
 
 ARTIFACTS = Path(os.environ.get("KFORGE_TEST_ARTIFACTS") or ROOT / "tests" / "artifacts")
 SCRIPTED_IDEA = "one C loop per row, online max and sum <script>window.__pwned = 1</script>"
@@ -45,20 +48,47 @@ def code(path: Path) -> str:
     return f"Here it is.\n\n```python\n{path.read_text()}```\n"
 
 
+def run_once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], None]) -> Path:
+    """The run folder that ``make(runs_dir)`` writes, made once per test session and copied for the caller.
+
+    Under pytest-xdist a module fixture is set up once per worker that runs the module's tests, and these runs
+    take about a minute each; the workers share the session's base folder, so the first one makes the run (the
+    others wait on a lock) and each test module gets a copy of its own to write reports into.
+    """
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    runs = shared / f"shared-{name}"
+    with flocked(shared / f"shared-{name}.lock"):
+        if not (shared / f"shared-{name}.done").exists():
+            shutil.rmtree(runs, ignore_errors=True)
+            runs.mkdir()
+            make(runs)
+            (shared / f"shared-{name}.done").touch()
+    (made,) = list(runs.iterdir())
+    copy = tmp_path_factory.mktemp(name) / made.name
+    shutil.copytree(made, copy)
+    return copy
+
+
 @pytest.fixture(scope="module")
 def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The builtin team, two rounds of two ideas on the CPU softmax: a real run, end to end."""
-    root = tmp_path_factory.mktemp("runs")
-    out = kforge("run", "softmax_small", "--device", "cpu", "--rounds", "2", "--ideas", "2", "--runs-dir", str(root))
-    assert out.returncode == 0, out.stdout + out.stderr
-    (run_dir,) = list(root.iterdir())
-    return run_dir
+
+    def make(root: Path) -> None:
+        args = ("run", "softmax_small", "--device", "cpu", "--rounds", "2", "--ideas", "2", "--runs-dir", str(root))
+        out = kforge(*args)
+        assert out.returncode == 0, out.stdout + out.stderr
+
+    return run_once(tmp_path_factory, "cpu-run", make)
 
 
 @pytest.fixture(scope="module")
 def llm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An LLM team: round 1 repairs a compile error, round 2's kernel stays wrong and is rejected."""
-    root = tmp_path_factory.mktemp("llm-runs")
+    return run_once(tmp_path_factory, "llm-run", _llm_run)
+
+
+def _llm_run(root: Path) -> None:
     wrong = code(FIXTURES / "candidates" / "wrong_softmax_cpu.py")
     answers = [IDEA, code(FIXTURES / "candidates" / "syntax_error_cpu.py"), code(CANDIDATES / "softmax_cpu.py"), REVIEW]
     answers += [IDEA, wrong, wrong, REVIEW]
@@ -73,8 +103,6 @@ def llm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         )
         assert out.returncode == 0, out.stdout + out.stderr
         assert server.pending == 0
-    (run_dir,) = list(root.iterdir())
-    return run_dir
 
 
 def chromium() -> str:
