@@ -63,7 +63,7 @@ def points_for(problem_path: str, named: list[str], sweep: list[str]) -> list[Po
         for text in named:
             template, _, params = text.partition(":")
             seed = next((p for t, p in first if t == template), {})
-            base.append((template, {**seed, **json.loads(params or "{}")}))
+            base.append((template, {**shape.extras(), **seed, **json.loads(params or "{}")}))
     grid = [(name, [json.loads(v) for v in values.split(",")]) for name, _, values in (s.partition("=") for s in sweep)]
     out: list[Point] = []
     for template, params in base:

@@ -97,6 +97,24 @@ def test_a_non_default_layernorm_eps_is_carried_into_the_candidates(tmp_path: Pa
             assert "EPS = 0.001" in builtin.render(idea.template, idea.params, device)
 
 
+def test_few_long_layernorm_rows_start_from_the_wide_kernel_as_the_h200_sweep_chose(tmp_path: Path) -> None:
+    first, second = seeds(builtin.analyse(info("layernorm_16x64x256x256")), "cuda")[:2]
+    assert first == ("layernorm_cuda_wide", {"block": 512, "split": 32, "unroll": 2, "rows_per_block": 16})
+    assert second == ("layernorm_cuda_wide", {"block": 1024, "split": 64, "unroll": 1, "rows_per_block": 8})
+    # Fewer columns per row: fewer tiles, so fewer rows per block keep ~4 blocks on each SM.
+    ln = write_problem(
+        tmp_path, "ln_128", "self.ln(x)", "[torch.randn(128, 65536)]", init="[(65536,)]", ctor="normalized_shape"
+    )
+    params = seeds(builtin.analyse(ln), "cuda")[0][1]
+    tiles = 65536 // (4 * 512 * 2)
+    assert params["rows_per_block"] == 2 and tiles * (128 // 4) < 4 * 132 <= tiles * (128 // 2)
+    # The kernels read float4: rows that are not a multiple of 4 never get the wide template.
+    odd = write_problem(
+        tmp_path, "ln_odd", "self.ln(x)", "[torch.randn(16, 65538)]", init="[(65538,)]", ctor="normalized_shape"
+    )
+    assert all(t != "layernorm_cuda_wide" for t, _ in seeds(builtin.analyse(odd), "cuda"))
+
+
 # --------------------------------------------------------------------------------------- propose
 
 
@@ -282,3 +300,54 @@ def test_round_one_cpu_candidates_are_correct_in_the_sandbox(name: str, sandbox:
         assert ev.result.correctness is not None and ev.result.correctness.passed
         worst = ev.result.correctness.worst("max_abs_error")
         assert worst is not None and worst < 1e-4, f"{idea.template} {idea.params}: error {worst}"
+
+
+# ------------------------------------------------------------------------- CUDA, for real (gpu marker)
+
+# Small problems first; the suite's sizes where a template needs them (tiles of 128, a reduced last dim).
+GPU_PROBLEMS = [
+    *sorted(PROBLEMS.glob("*_small.py")),
+    PROBLEMS / "matmul_4096.py",
+    PROBLEMS / "suite" / "sum_lastdim_4096x16384.py",
+    PROBLEMS / "suite" / "rmsnorm_lastdim_8192x8192.py",
+]
+
+
+def one_point_per_cuda_template() -> list[tuple[str, dict, Path]]:
+    """Each CUDA template of the row, norm, reduction and matmul families at its defaults, on the first problem
+    it computes (the pointwise families have their own GPU test in test_builtin_elementwise.py)."""
+    shapes = [(path, builtin.analyse(load_problem(path).info)) for path in GPU_PROBLEMS]
+    out = []
+    for t in TEMPLATES.values():
+        if t.device != "cuda" or t.family in ("elementwise", "epilogue"):
+            continue
+        for path, shape in shapes:
+            if shape is None or shape.family != t.family or not t.fits(shape):
+                continue
+            point = t.normalise({**t.defaults(), **shape.extras()})
+            if t.runs_on(point, shape):
+                out.append((t.name, point, path))
+                break
+    return out
+
+
+def test_every_cuda_template_has_a_problem_to_run_on_the_gpu() -> None:
+    wanted = {t.name for t in TEMPLATES.values() if t.device == "cuda" and t.family not in ("elementwise", "epilogue")}
+    assert {name for name, _, _ in one_point_per_cuda_template()} == wanted
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("template", [name for name, _, _ in one_point_per_cuda_template()])
+def test_every_cuda_template_is_correct_on_the_gpu(template: str, sandbox: LocalSandbox) -> None:
+    _, params, path = next(p for p in one_point_per_cuda_template() if p[0] == template)
+    ev = evaluate(
+        load_problem(path),
+        builtin.render(template, params, "cuda"),
+        sandbox=sandbox,
+        device="cuda",
+        available_bytes=64 << 30,
+        references=("eager",),
+        timing=QUICK,
+    )
+    assert ev.result.status == "ok", f"{template} {params}: {ev.result.reason}\n{ev.result.details}"
+    assert ev.result.correctness is not None and ev.result.correctness.passed

@@ -14,7 +14,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.builtin import templates_cpu, templates_cuda, templates_cuda_mma, templates_cuda_onchip
+from agents.builtin import (
+    templates_cpu,
+    templates_cuda,
+    templates_cuda_mma,
+    templates_cuda_onchip,
+    templates_layernorm_cuda,
+)
 from agents.builtin.recognise import Shape
 
 Params = dict[str, Any]
@@ -240,6 +246,15 @@ def _layernorm_persistent_text(p: Params) -> str:
     )
 
 
+def _layernorm_wide_text(p: Params) -> str:
+    order = "last row first (the rows the first kernel read last are still in L2)" if p["tail_first"] else "in order"
+    return (
+        f"two kernels for few long rows: {p['split']} blocks of {p['block']} threads per row sum x and x² "
+        f"(shifted by the row's first element, {p['unroll']} float4 loads in flight), then a column-tiled kernel "
+        f"loads its tile of weight and bias once and normalises it for {p['rows_per_block']} rows, {order}"
+    )
+
+
 def _matmul_mma_text(p: Params) -> str:
     if p["split"] == 1:
         math_ = "TF32 tensor cores (mma.sync m16n8k8; ~1e-3 relative error, for the relaxed tolerance policy only)"
@@ -447,6 +462,22 @@ TEMPLATES: dict[str, Template] = {
             runs_on=lambda p, s: s.cols % 4 == 0 and s.cols <= H200_SMS * p["per_sm"] * p["block"] * p["items"] * 4,
         ),
         Template(
+            "layernorm_cuda_wide",
+            "layernorm",
+            "cuda",
+            (
+                Param("block", (256, 512, 1024), 512),
+                Param("split", (8, 16, 32, 64, 128, 256), 64),
+                Param("unroll", (1, 2, 4, 8), 4),
+                Param("rows_per_block", (1, 2, 4, 8, 16, 32, 64), 16),
+                Param("tail_first", (True, False), True),
+            ),
+            templates_layernorm_cuda.render_layernorm_wide,
+            _layernorm_wide_text,
+            extras=("eps",),
+            runs_on=lambda p, s: s.cols % 4 == 0,
+        ),
+        Template(
             "matmul_cuda_mma",
             "matmul",
             "cuda",
@@ -583,6 +614,7 @@ def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
                 # One whole row must fit on chip: 132 SMs (H100/H200) x 1024 threads x 32 floats.
                 fits = shape.cols % 4 == 0 and shape.cols <= 132 * 1024 * 32
                 return [
+                    *_wide_layernorm_seeds(shape),
                     *(persistent if fits else []),
                     out[2],
                     ("layernorm_cuda_split", {"block": 1024, "split": split}),
@@ -608,6 +640,24 @@ def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
                 return [*mma, *out]
             return out
     return []
+
+
+def _wide_layernorm_seeds(shape: Shape) -> list[tuple[str, Params]]:
+    """``layernorm_cuda_wide`` for few long rows, after the H200 sweep (bench/RESULTS.md): ~512 statistics
+    blocks, two float4 loads in flight, up to 16 rows per normalising block while ~4 blocks of 512 threads per
+    SM remain (132 SMs); then 1024-thread blocks with one float4 in flight, twice the split, 8 rows."""
+    if shape.cols % 4:
+        return []
+    out = []
+    for block, unroll, stats_blocks, most_rows in ((512, 2, 512, 16), (1024, 1, 1024, 8)):
+        step = 4 * block * unroll
+        at_most = max(8, min(stats_blocks // max(shape.rows, 1), shape.cols // step))
+        split = max(v for v in (8, 16, 32, 64, 128, 256) if v <= at_most)
+        tiles = -(-shape.cols // step)
+        fill = [v for v in (16, 8, 4, 2, 1) if v <= most_rows and tiles * -(-shape.rows // v) >= 4 * H200_SMS]
+        params = {"block": block, "split": split, "unroll": unroll, "rows_per_block": fill[0] if fill else 1}
+        out.append(("layernorm_cuda_wide", params))
+    return out
 
 
 def _cluster_softmax_seeds(cols: int) -> list[tuple[str, Params]]:

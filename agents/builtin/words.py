@@ -121,6 +121,11 @@ BASE: dict[str, Callable[[Params, Shape], str]] = {
         "x is read once instead of twice; the price is a grid-wide wait per row (per pair of rows when two are "
         "held): measured 0.30 ms (pairs) and 0.38 ms (single rows) on 16×(64×256×256) on the H200, 21-27× eager"
     ),
+    "layernorm_cuda_wide": lambda p, s: (
+        f"memory-bound: {s.rows} rows of {mib(s.row_bytes)} are too long to hold on chip, so x is read twice "
+        f"(statistics, then normalising) and y written once; the split kernel also reads the "
+        f"{mib(2 * s.row_bytes)} of weight and bias once per row, this one once per {p['rows_per_block']} rows"
+    ),
     "matmul_cuda_mma": lambda p, s: (
         f"compute-bound: {s.flops / 1e9:.3g} GFLOP. "
         + (
