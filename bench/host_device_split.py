@@ -1,7 +1,7 @@
 """Where a candidate's time goes: the host's part and the GPU's, beside the eager reference, for template points.
 
     python bench/host_device_split.py PROBLEM [--point TEMPLATE:JSON ...] [--sweep NAME=V1,V2 ...]
-                                      [--calls 200] [--burst 50] [--json FILE] [--audit]
+                                      [--calls 200] [--burst 50] [--json FILE] [--audit] [--after-eager]
 
 The harness synchronises before each timed call, so a call's time is its host work up to the launch plus the
 GPU's. For the eager reference and every point this prints a Markdown row of medians:
@@ -13,6 +13,9 @@ GPU's. For the eager reference and every point this prints a Markdown row of med
 - host: the wall time of the same burst per call, the time Python and the launches take to enqueue;
 - host after sync: the wall time of the call itself inside the harness's measure (right after a
   synchronisation, as every timed call runs).
+
+``--after-eager`` calls the reference, untimed, before each timed call of a point (the harness's trials
+interleave the contenders, so another one's work always comes between two calls of one).
 
 Points are the builtin team's first-round seeds for the problem unless ``--point`` names some (params as
 JSON, merged over the seed of that template, which carries the problem's spec). ``--sweep tpr=32,64
@@ -74,7 +77,14 @@ def points_for(problem_path: str, named: list[str], sweep: list[str]) -> list[Po
     return out
 
 
-def measure(fn: Callable[..., Any], inputs: list[Any], timer: CudaTimer, calls: int, burst: int) -> dict[str, float]:
+def measure(
+    fn: Callable[..., Any],
+    inputs: list[Any],
+    timer: CudaTimer,
+    calls: int,
+    burst: int,
+    between: Callable[[], Any] | None = None,
+) -> dict[str, float]:
     for _ in range(10):
         fn(*inputs)
     call_us, synced_host_us = [], []
@@ -86,6 +96,8 @@ def measure(fn: Callable[..., Any], inputs: list[Any], timer: CudaTimer, calls: 
         return out
 
     for _ in range(calls):
+        if between is not None:
+            between()
         timer.flush()
         ms, _ = timer.time_call(host_timed, inputs)
         call_us.append(ms * 1000)
@@ -110,6 +122,15 @@ def measure(fn: Callable[..., Any], inputs: list[Any], timer: CudaTimer, calls: 
     }
 
 
+def after_eager(reference: Callable[..., Any], inputs: list[Any], warm_host_us: float) -> None:
+    reference(*inputs)
+    if warm_host_us:
+        torch.cuda.synchronize()
+        end = time.perf_counter() + warm_host_us / 1e6
+        while time.perf_counter() < end:
+            pass
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("problem")
@@ -120,6 +141,19 @@ def main() -> None:
     parser.add_argument("--json", help="also write every measurement here")
     parser.add_argument(
         "--audit", action="store_true", help="time with the worker's audit hook installed and on, as the harness does"
+    )
+    parser.add_argument(
+        "--warm-host-us",
+        type=float,
+        default=0.0,
+        help="with --after-eager: wait for the reference's call, then keep the host busy this long before the "
+        "timed call (does a long wait for the GPU leave the host slow?)",
+    )
+    parser.add_argument(
+        "--after-eager",
+        action="store_true",
+        help="call the eager reference (untimed) before each timed call of a point, as the harness's interleaved "
+        "trials put other contenders between two calls of one",
     )
     args = parser.parse_args()
 
@@ -174,7 +208,8 @@ def main() -> None:
                 if not check.passed:
                     print(f"| {name} | wrong output: {check.reason} | | | | | | | |")
                     continue
-                report(name, measure(candidate, inputs, timer, args.calls, args.burst), eager["call_us"])
+                between = (lambda: after_eager(reference, inputs, args.warm_host_us)) if args.after_eager else None
+                report(name, measure(candidate, inputs, timer, args.calls, args.burst, between), eager["call_us"])
             except Exception as exc:  # one failing point is a row of the table, not the end of the sweep
                 print(f"| {name} | failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]} | | | | | | | |")
     if args.json:

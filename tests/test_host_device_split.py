@@ -20,3 +20,8 @@ def test_a_sweep_varies_the_first_seed_and_a_named_point_keeps_the_facts() -> No
     assert sorted((p["tpr"], p["unroll"]) for _, p in swept) == [(32, 2), (32, 4), (64, 2), (64, 4)]
     ((template, p),) = points_for(SUM, ['reduce_cuda_rows:{"tpr": 16}'], [])
     assert template == "reduce_cuda_rows" and p["tpr"] == 16 and p["op"] == "sum"
+
+
+def test_a_named_point_of_a_template_outside_the_seeds_keeps_the_facts_too() -> None:
+    ((template, p),) = points_for(SUM, ['reduce_cuda_inner:{"bx": 32}'], [])
+    assert template == "reduce_cuda_inner" and p["bx"] == 32 and p["op"] == "sum" and '"dims": [1]' in p["spec"]

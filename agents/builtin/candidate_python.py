@@ -54,6 +54,8 @@ class ModelNew(nn.Module):
 # call, so Python around a launch is counted. Handing the stream to the launch, with no CuPy stream or device
 # context and no function lookup per call, was the fastest CuPy path in both runs of bench/launch_overhead.py
 # on the H200: 2-16 µs a call below making and entering them every call.
+# The driver's cuLaunchKernel through ctypes (arguments packed in a C struct per call) was slower still: 8.6 µs
+# a launch against CuPy's 6.4 (bench/RESULTS.md).
 # Every CUDA module template holds STREAM_PY (``fill`` puts it where a template says @STREAM_PY@), and
 # FUNCTION_PY after a ``RawModule``.
 STREAM_PY = r'''
