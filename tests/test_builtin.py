@@ -14,10 +14,10 @@ import pytest
 from agents import builtin
 from agents.builtin.catalog import TEMPLATES, seeds
 from sandbox.local import LocalSandbox
-from sandbox.protocol import TimingConfig
+from sandbox.protocol import CorrectnessReport, TimingConfig
 from tests.conftest import PROBLEMS, assert_cuda_renderings_compile
 from tools.evaluation import evaluate
-from tools.problem import ProblemInfo, load_problem
+from tools.problem import Problem, ProblemInfo, load_problem
 
 FAMILY = {
     "softmax_small": "softmax",
@@ -280,25 +280,32 @@ def sandbox():
     sb.close()
 
 
+def assert_correct(
+    problem: Problem, template: str, params: dict, device: str, sandbox: LocalSandbox
+) -> CorrectnessReport:
+    """Evaluate a rendered point in the sandbox (eager reference only); it must run and be correct."""
+    ev = evaluate(
+        problem,
+        builtin.render(template, params, device),
+        sandbox=sandbox,
+        device=device,  # type: ignore[arg-type]
+        available_bytes=(64 if device == "cuda" else 8) << 30,
+        references=("eager",),
+        timing=QUICK,
+    )
+    assert ev.result.status == "ok", f"{template} {params}: {ev.result.reason}\n{ev.result.details}"
+    assert ev.result.correctness is not None and ev.result.correctness.passed
+    return ev.result.correctness
+
+
 @pytest.mark.parametrize("name", ["softmax_small", "layernorm_small", "matmul_small"])
 def test_round_one_cpu_candidates_are_correct_in_the_sandbox(name: str, sandbox: LocalSandbox) -> None:
     problem = load_problem(PROBLEMS / f"{name}.py")
     ideas = builtin.propose(problem.info, "cpu", 6, [], None)
     assert len(ideas) >= 4
     for idea in ideas:
-        src = builtin.render(idea.template, idea.params, "cpu")
-        ev = evaluate(
-            problem,
-            src,
-            sandbox=sandbox,
-            device="cpu",
-            available_bytes=8 << 30,
-            references=("eager",),
-            timing=QUICK,
-        )
-        assert ev.result.status == "ok", f"{idea.template} {idea.params}: {ev.result.reason}\n{ev.result.details}"
-        assert ev.result.correctness is not None and ev.result.correctness.passed
-        worst = ev.result.correctness.worst("max_abs_error")
+        correctness = assert_correct(problem, idea.template, idea.params, "cpu", sandbox)
+        worst = correctness.worst("max_abs_error")
         assert worst is not None and worst < 1e-4, f"{idea.template} {idea.params}: error {worst}"
 
 
@@ -340,14 +347,4 @@ def test_every_cuda_template_has_a_problem_to_run_on_the_gpu() -> None:
 @pytest.mark.parametrize("template", [name for name, _, _ in one_point_per_cuda_template()])
 def test_every_cuda_template_is_correct_on_the_gpu(template: str, sandbox: LocalSandbox) -> None:
     _, params, path = next(p for p in one_point_per_cuda_template() if p[0] == template)
-    ev = evaluate(
-        load_problem(path),
-        builtin.render(template, params, "cuda"),
-        sandbox=sandbox,
-        device="cuda",
-        available_bytes=64 << 30,
-        references=("eager",),
-        timing=QUICK,
-    )
-    assert ev.result.status == "ok", f"{template} {params}: {ev.result.reason}\n{ev.result.details}"
-    assert ev.result.correctness is not None and ev.result.correctness.passed
+    assert_correct(load_problem(path), template, params, "cuda", sandbox)

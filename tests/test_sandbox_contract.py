@@ -66,7 +66,7 @@ def docker_sandbox() -> Sandbox:
 
 @pytest.fixture(scope="module")
 def ray_sandbox() -> Iterator[Sandbox]:
-    from tests.test_ray import ray_cluster
+    from tests.ray_cluster import ray_cluster
 
     with ray_cluster() as cluster:
         from sandbox.config import RaySandboxConfig

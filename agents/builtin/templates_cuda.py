@@ -562,6 +562,22 @@ _LAUNCH_SPLIT = """part = torch.empty(3 * rows * _SPLIT, dtype=torch.float32, de
         _run_kernel(apply, x.device, grid, (_THREADS,), (*ptrs, cupy.int64(cols), cupy.float32(EPS)))"""
 
 
+def layernorm_candidate(template: str, params: dict[str, Any], summary: str, cu: str, split: int, launch: str) -> str:
+    """A LayerNorm candidate file around the kernel source ``cu``: the module, the checks, then ``launch``."""
+    return fill(
+        LAYERNORM_PY,
+        LAYERNORM_MODULE=LAYERNORM_MODULE,
+        TEMPLATE=template,
+        SUMMARY_DOC=wrap(summary),
+        PARAMS=params_text(params),
+        CUDA_SRC=cu,
+        THREADS=params["block"],
+        SPLIT=split,
+        EPS=repr(float(params.get("eps", 1e-5))),
+        LAUNCH=launch,
+    )
+
+
 def render_layernorm_block(params: dict[str, Any], summary: str) -> str:
     cu = fill(
         LAYERNORM_BLOCK_CU,
@@ -571,18 +587,7 @@ def render_layernorm_block(params: dict[str, Any], summary: str) -> str:
         WELFORD=c_bool(params["stats"] == "welford"),
         COMMON=LAYERNORM_COMMON,
     )
-    return fill(
-        LAYERNORM_PY,
-        LAYERNORM_MODULE=LAYERNORM_MODULE,
-        TEMPLATE="layernorm_cuda_block",
-        SUMMARY_DOC=wrap(summary),
-        PARAMS=params_text(params),
-        CUDA_SRC=cu,
-        THREADS=params["block"],
-        SPLIT=1,
-        EPS=repr(float(params.get("eps", 1e-5))),
-        LAUNCH=_LAUNCH_BLOCK,
-    )
+    return layernorm_candidate("layernorm_cuda_block", params, summary, cu, 1, _LAUNCH_BLOCK)
 
 
 def render_layernorm_split(params: dict[str, Any], summary: str) -> str:
@@ -594,18 +599,7 @@ def render_layernorm_split(params: dict[str, Any], summary: str) -> str:
         SPLIT=params["split"],
         COMMON=LAYERNORM_COMMON,
     )
-    return fill(
-        LAYERNORM_PY,
-        LAYERNORM_MODULE=LAYERNORM_MODULE,
-        TEMPLATE="layernorm_cuda_split",
-        SUMMARY_DOC=wrap(summary),
-        PARAMS=params_text(params),
-        CUDA_SRC=cu,
-        THREADS=params["block"],
-        SPLIT=params["split"],
-        EPS=repr(float(params.get("eps", 1e-5))),
-        LAUNCH=_LAUNCH_SPLIT,
-    )
+    return layernorm_candidate("layernorm_cuda_split", params, summary, cu, params["split"], _LAUNCH_SPLIT)
 
 
 # ------------------------------------------------------------------------------------------ matmul

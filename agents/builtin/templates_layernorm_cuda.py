@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.builtin._text import LAYERNORM_MODULE, c_bool, c_params, fill, params_text, wrap
-from agents.builtin.templates_cuda import LAYERNORM_COMMON, LAYERNORM_PY
+from agents.builtin._text import c_bool, c_params, fill, wrap
+from agents.builtin.templates_cuda import LAYERNORM_COMMON, layernorm_candidate
 
 LAYERNORM_WIDE_CU = c_params(r"""
 // LayerNorm for a few long rows: statistics kernel, then a column-tiled normalising kernel.
@@ -160,15 +160,5 @@ def render_layernorm_wide(params: dict[str, Any], summary: str) -> str:
         TAIL_FIRST=c_bool(params["tail_first"]),
         COMMON=LAYERNORM_COMMON,
     )
-    return fill(
-        LAYERNORM_PY,
-        LAYERNORM_MODULE=LAYERNORM_MODULE,
-        TEMPLATE="layernorm_cuda_wide",
-        SUMMARY_DOC=wrap(summary),
-        PARAMS=params_text(params),
-        CUDA_SRC=cu,
-        THREADS=params["block"],
-        SPLIT=params["split"],
-        EPS=repr(float(params.get("eps", 1e-5))),
-        LAUNCH=fill(_LAUNCH_WIDE, UNROLL=params["unroll"], ROWS=params["rows_per_block"]),
-    )
+    launch = fill(_LAUNCH_WIDE, UNROLL=params["unroll"], ROWS=params["rows_per_block"])
+    return layernorm_candidate("layernorm_cuda_wide", params, summary, cu, params["split"], launch)
