@@ -467,8 +467,8 @@ TEMPLATES: dict[str, Template] = {
             "cuda",
             (
                 Param("block", (256, 512, 1024), 512),
-                Param("split", (8, 16, 32, 64, 128, 256), 64),
-                Param("unroll", (1, 2, 4, 8), 4),
+                Param("split", (8, 16, 32, 64, 128, 256), 32),
+                Param("unroll", (1, 2, 4, 8), 2),
                 Param("rows_per_block", (1, 2, 4, 8, 16, 32, 64), 16),
                 Param("tail_first", (True, False), True),
             ),
