@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -47,9 +48,41 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+def bound_names(target: ast.expr) -> list[ast.Name]:
+    """The names an assignment target binds (``a``, ``a, (b, *c)``; not ``a.attr`` or ``a[k]``)."""
+    if isinstance(target, ast.Name):
+        return [target]
+    if isinstance(target, ast.Starred):
+        return bound_names(target.value)
+    if isinstance(target, ast.Tuple | ast.List):
+        return [n for e in target.elts for n in bound_names(e)]
+    return []
+
+
+def module_level_redefinitions(source: str) -> list[str]:
+    """Names a source binds more than once at module level (def, class, assignment, import): a template's own
+    helper that reuses a name of the shared launch snippets would silently replace it."""
+    seen: dict[str, int] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            names = [node.name]
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [n.id for t in targets for n in bound_names(t)]
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names = [(a.asname or a.name).split(".")[0] for a in node.names]
+        else:
+            continue
+        for name in names:
+            seen[name] = seen.get(name, 0) + 1
+    return sorted(name for name, count in seen.items() if count > 1)
+
+
 def assert_python_is_sound(sources: list[str]) -> None:
-    """Every source parses and names nothing undefined (ruff's F821/F822/E9): a wrapper's Python is checked
-    here, on a machine with no GPU to import it on."""
+    """Every source parses, names nothing undefined (ruff's F821/F822/E9) and binds no module-level name twice:
+    a wrapper's Python is checked here, on a machine with no GPU to import it on."""
+    for k, src in enumerate(sources):
+        assert module_level_redefinitions(src) == [], f"rendering {k} binds these names twice"
     with tempfile.TemporaryDirectory() as tmp:
         for k, src in enumerate(sources):
             Path(tmp, f"rendering_{k}.py").write_text(src)
