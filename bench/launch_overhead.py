@@ -44,7 +44,6 @@ extern "C" __global__ void __launch_bounds__(256) relu4(const float4* __restrict
 
 def contenders(device: torch.device) -> dict[str, Callable[[torch.Tensor], Any]]:
     module = cupy.RawModule(code=RELU)
-    relu = module.get_function("relu4")
     sms = torch.cuda.get_device_properties(device).multi_processor_count
 
     def grid(n4: int) -> int:
@@ -67,19 +66,6 @@ def contenders(device: torch.device) -> dict[str, Callable[[torch.Tensor], Any]]
     exec(STREAM_PY + FUNCTION_PY, snippets)
     run_kernel, function = snippets["_run_kernel"], snippets["_function"]
 
-    streams: dict[int, Any] = {}
-
-    def cupy_call(x: torch.Tensor) -> torch.Tensor:
-        # The templates from e7af476 to the driver launch: CuPy's kernel call, its stream object kept per raw handle.
-        out = torch.empty_like(x)
-        n4 = x.numel() // 4
-        raw = torch._C._cuda_getCurrentRawStream(x.device.index)
-        stream = streams.get(raw)
-        if stream is None:
-            stream = streams[raw] = cupy.cuda.Stream.from_external(torch.cuda.current_stream(x.device))
-        relu((grid(n4),), (256,), (x.data_ptr(), out.data_ptr(), cupy.uint32(n4)), stream=stream)
-        return out
-
     def templates(x: torch.Tensor) -> torch.Tensor:
         out = torch.empty_like(x)
         n4 = x.numel() // 4
@@ -89,8 +75,7 @@ def contenders(device: torch.device) -> dict[str, Callable[[torch.Tensor], Any]]
     return {
         "torch.relu (eager)": torch.relu,
         "CuPy: stream object, device context, function lookup every call (templates before e7af476)": per_call_lookups,
-        "CuPy: kernel call, stream object kept (templates e7af476 to the driver launch)": cupy_call,
-        "driver launch, packed argument slots (the templates' path: candidate_python.STREAM_PY)": templates,
+        "CuPy: the templates' launch path (candidate_python.STREAM_PY, FUNCTION_PY)": templates,
     }
 
 
@@ -101,9 +86,6 @@ def steps(device: torch.device, calls: int) -> dict[str, float]:
     empty = cupy.RawModule(code='extern "C" __global__ void nothing(const float* x, unsigned int n) {}')
     kernel = empty.get_function("nothing")
     identity = torch.nn.Identity()
-    snippets: dict[str, Any] = {"cupy": cupy, "torch": torch}
-    exec(STREAM_PY, snippets)
-    run_kernel = snippets["_run_kernel"]
     ops: dict[str, Callable[[], Any]] = {
         "torch.cuda.current_stream(device)": lambda: torch.cuda.current_stream(device),
         "torch._C._cuda_getCurrentRawStream(index)": lambda: torch._C._cuda_getCurrentRawStream(device.index),
@@ -117,9 +99,6 @@ def steps(device: torch.device, calls: int) -> dict[str, float]:
         "nn.Module call (Identity)": lambda: identity(x),
         "CuPy launch, 2 args, stream object": lambda: kernel(
             (1,), (32,), (x.data_ptr(), cupy.uint32(1)), stream=stream
-        ),
-        "driver launch (the templates' _run_kernel), 2 args": lambda: run_kernel(
-            kernel, device, (1,), (32,), (x.data_ptr(), cupy.uint32(1))
         ),
     }
     out = {}

@@ -51,14 +51,29 @@ class ModelNew(nn.Module):
             raise ValueError(f"cannot multiply {tuple(A.shape)} by {tuple(B.shape)}")'''
 
 # Launching on PyTorch's current stream with the least host work: the harness synchronises before each timed
-# call, so Python around a launch is counted. The kernel goes to the driver's cuLaunchKernel through CuPy's
-# thin binding (cupy.cuda.driver.launchKernel), with the arguments packed by one struct.pack_into into slots
-# made once per argument signature; CuPy's own kernel call converts every argument into a new object on every
-# launch. An earlier ctypes binding that built a C struct per call was slower than CuPy (8.6 against 6.4 µs a
-# launch, bench/RESULTS.md); this path's figures are in the same file.
+# call, so Python around a launch is counted. Handing the stream to the launch, with no CuPy stream or device
+# context and no function lookup per call, was the fastest CuPy path in both runs of bench/launch_overhead.py
+# on the H200: 2-16 µs a call below making and entering them every call.
+# The driver's cuLaunchKernel through ctypes (arguments packed in a C struct per call) was slower still: 8.6 µs
+# a launch against CuPy's 6.4 (bench/RESULTS.md), and CuPy's own binding of it (cupy.cuda.driver.launchKernel)
+# with the arguments packed once per call into slots kept per signature was no faster (9.6 against 9.2 µs):
+# the driver's launch, not CuPy's argument handling, is what a launch costs.
+# Every CUDA module template holds STREAM_PY (``fill`` puts it where a template says @STREAM_PY@), and
+# FUNCTION_PY after a ``RawModule``.
 STREAM_PY = r'''
-import ctypes as _ctypes
-import struct as _struct
+_STREAMS = {}
+
+
+def _stream(device: torch.device) -> "cupy.cuda.Stream":
+    """CuPy's view of PyTorch's current stream on ``device`` (made on first use, then reused)."""
+    # The raw handle, as torch.compile's generated code reads it: torch.cuda.current_stream builds a Python
+    # Stream object on every call.
+    raw = torch._C._cuda_getCurrentRawStream(device.index)
+    stream = _STREAMS.get(raw)
+    if stream is None:
+        stream = _STREAMS[raw] = cupy.cuda.Stream.from_external(torch.cuda.current_stream(device))
+    return stream
+
 
 _SMS = {}
 
@@ -70,75 +85,13 @@ def _sm_count(device: torch.device) -> int:
     return _SMS[device.index]
 
 
-# How CuPy passes each argument type (a Python int as int64, a float as double), one 8-byte slot each: the
-# driver copies every argument from its slot at the kernel's own size and alignment.
-_CODES = {
-    int: "q", float: "d", bool: "?", cupy.bool_: "?", cupy.int32: "i", cupy.uint32: "I", cupy.int64: "q",
-    cupy.uint64: "Q", cupy.float32: "f", cupy.float64: "d",
-}
-
-
-class _Slots:
-    """Argument slots for one signature and the table of their addresses that cuLaunchKernel reads."""
-
-    def __init__(self, types: tuple) -> None:
-        unknown = [t.__name__ for t in types if t not in _CODES]
-        if unknown:
-            wanted = "ints, floats, bools or 32/64-bit NumPy scalars"
-            raise TypeError(f"kernel arguments must be {wanted}, got {', '.join(unknown)}")
-        codes = "".join(_CODES[t] + "x" * (8 - _struct.calcsize(_CODES[t])) for t in types)
-        self.pack_into = _struct.Struct("<" + codes).pack_into
-        n = max(len(types), 1)
-        self.buffer = _ctypes.create_string_buffer(8 * n)
-        base = _ctypes.addressof(self.buffer)
-        self.table = (_ctypes.c_void_p * n)(*(base + 8 * i for i in range(n)))
-        self.address = _ctypes.addressof(self.table)
-
-
-# Free slots per signature. A launch releases the GIL, so a slot set is taken off its list for the launch and
-# put back after: two threads launching at once never pack into the same slots (list.pop is atomic).
-_FREE = {}
-_ENTRIES = {}
-
-
-def _entry(kernel: "cupy.RawKernel", index: int) -> tuple:
-    """(CUfunction handle of ``kernel`` on device ``index``, cooperative launch?); ``index`` is the current device."""
-    entry = _ENTRIES.get((kernel, index))
-    if entry is None:
-        entry = _ENTRIES[(kernel, index)] = (kernel.kernel.ptr, kernel.enable_cooperative_groups)
-    return entry
-
-
-def _driver_launch(kernel, index: int, grid: tuple, block: tuple, args: tuple, shared_mem: int) -> None:
-    function, cooperative = _entry(kernel, index)
-    types = tuple(map(type, args))
-    free = _FREE.get(types)
-    if free is None:
-        free = _FREE[types] = []
-    try:
-        slots = free.pop()
-    except IndexError:  # none free: first launch of this signature, or another thread holds them all
-        slots = _Slots(types)
-    try:
-        slots.pack_into(slots.buffer, 0, *args)
-        gx, gy, gz = (*grid, 1, 1)[:3]
-        bx, by, bz = (*block, 1, 1)[:3]
-        dims = (gx, gy, gz, bx, by, bz, shared_mem, torch._C._cuda_getCurrentRawStream(index), slots.address)
-        if cooperative:
-            cupy.cuda.driver.launchCooperativeKernel(function, *dims)
-        else:
-            cupy.cuda.driver.launchKernel(function, *dims, 0)
-    finally:
-        free.append(slots)
-
-
 def _run_kernel(kernel, device: torch.device, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0) -> None:
     """Launch ``kernel`` on PyTorch's current stream of ``device`` (switching CuPy's device only if need be)."""
     if device.index == cupy.cuda.runtime.getDevice():
-        _driver_launch(kernel, device.index, grid, block, args, shared_mem)
+        kernel(grid, block, args, shared_mem=shared_mem, stream=_stream(device))
         return
     with cupy.cuda.Device(device.index):
-        _driver_launch(kernel, device.index, grid, block, args, shared_mem)
+        kernel(grid, block, args, shared_mem=shared_mem, stream=_stream(device))
 
 '''
 
