@@ -1,4 +1,4 @@
-"""The builtin catalog's reductions over one dim, log-softmax and RMSNorm.
+"""The builtin catalog's reductions over one dim, log-softmax, RMSNorm and L1 / L2 normalisation.
 
 Recognition (and refusal of what the templates do not compute), proposals that only use templates fitting the
 problem's variant, NVRTC compiles of every CUDA rendering, and the CPU twins for real: in process against torch
@@ -16,7 +16,7 @@ import torch
 
 from agents import builtin
 from agents.builtin.catalog import TEMPLATES, seeds
-from agents.builtin.recognise_reduce import split_dims
+from agents.builtin.recognise_reduce import NORMS, split_dims
 from sandbox.local import LocalSandbox
 from sandbox.protocol import TimingConfig
 from tests.conftest import PROBLEMS, assert_cuda_renderings_compile
@@ -157,6 +157,40 @@ def test_recognise_rmsnorm_written_by_hand_and_by_torch(tmp_path: Path) -> None:
     assert spec_of(llama)["weight"] == "weight" and llama.eps == 1e-6
 
 
+NORMALISATIONS = {
+    # forward (x of shape (4, 6, 5)): (op, outer, reduced, inner, dims)
+    "x / torch.norm(x, p=2, dim=1, keepdim=True)": ("l2", 4, 6, 5, [1]),
+    "x / torch.linalg.vector_norm(x, dim=(1, 2), keepdim=True)": ("l2", 4, 30, 1, [1, 2]),
+    "x / torch.norm(x, p='fro')": ("l2", 1, 120, 1, None),  # the Frobenius norm: every dim, a 0-d divisor
+    "x / torch.sum(torch.abs(x), dim=-1, keepdim=True)": ("l1", 24, 5, 1, [-1]),
+    "x / torch.mean(torch.abs(x), dim=1, keepdim=True)": ("l1_mean", 4, 6, 5, [1]),
+}
+NOT_NORMALISATIONS = {
+    "an eps added to the norm": "x / (torch.norm(x, dim=1, keepdim=True) + 1e-6)",
+    "the L1 norm through torch.norm (another p)": "x / torch.norm(x, p=1, dim=1, keepdim=True)",
+    "a divisor that broadcasts over other dims": "x / torch.sum(torch.abs(x), dim=2)",  # on (5, 5, 5)
+    "the norm divided by x": "torch.norm(x, dim=1, keepdim=True) / x",
+    "abs of something else than x": "x / torch.sum(torch.abs(x * 2), dim=1, keepdim=True)",
+}
+
+
+@pytest.mark.parametrize("forward", sorted(NORMALISATIONS))
+def test_recognise_l1_and_l2_normalisation(forward: str, tmp_path: Path) -> None:
+    shape = builtin.analyse(info_of(tmp_path, "norm", forward))
+    op, outer, reduced, inner, dims = NORMALISATIONS[forward]
+    assert (shape.family, shape.op, shape.rows, shape.cols, shape.inner) == ("layernorm", op, outer, reduced, inner)
+    assert spec_of(shape) == {"dims": dims, "strided": inner > 1, "weight": None, "wshape": []}
+    for device, templates in (("cpu", {"rmsnorm_cpu"}), ("cuda", {"rmsnorm_cuda_rows", "rmsnorm_cuda_inner"})):
+        ideas = builtin.propose(shape_info := info_of(tmp_path, "norm", forward), device, 4, [], None)
+        assert ideas and {i.template for i in ideas} <= templates, (device, shape_info.name)
+        assert all(i.params["op"] == op for i in ideas)
+
+
+@pytest.mark.parametrize("why", sorted(NOT_NORMALISATIONS))
+def test_other_divisions_by_a_norm_are_refused(why: str, tmp_path: Path) -> None:
+    assert builtin.analyse(info_of(tmp_path, "refused", NOT_NORMALISATIONS[why], "[torch.randn(5, 5, 5)]")) is None
+
+
 def test_the_problem_files_and_the_suite(tmp_path: Path) -> None:
     s = builtin.analyse(load_problem(PROBLEMS / "sum_dim_small.py").info)
     assert (s.family, s.op, s.rows, s.cols, s.inner) == ("reduce", "sum", 32, 512, 64)
@@ -265,7 +299,7 @@ def cuda_spread() -> list[tuple[str, dict]]:
     """Each CUDA template of these families: every op at its defaults, each parameter value once (ops cycling),
     every seed of a spread of shapes, and the softmax templates as log-softmax."""
     ops = {t: OPS for t in ("reduce_cuda_rows", "reduce_cuda_inner")} | {
-        t: ("rms",) for t in ("rmsnorm_cuda_rows", "rmsnorm_cuda_inner")
+        t: tuple(NORMS) for t in ("rmsnorm_cuda_rows", "rmsnorm_cuda_inner")
     }
     points: dict[str, tuple[str, dict]] = {}
 
@@ -295,6 +329,8 @@ def cuda_spread() -> list[tuple[str, dict]]:
         builtin.Shape("layernorm", rows=16, cols=64, inner=65536, op="rms"),
         builtin.Shape("layernorm", rows=8192, cols=8192, op="rms", eps=1e-6),
         builtin.Shape("layernorm", rows=4, cols=1 << 20, op="rms"),
+        builtin.Shape("layernorm", rows=1, cols=1 << 26, op="l2", eps=0.0),  # a Frobenius norm: one long row
+        builtin.Shape("layernorm", rows=32768, cols=65535, op="l1_mean", eps=0.0),
     ]
     for shape in shapes:
         for template, params in seeds(shape, "cuda"):
@@ -421,6 +457,24 @@ def test_cpu_rmsnorm_matches_torch() -> None:
         torch.testing.assert_close(model(x), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("op", ["l2", "l1", "l1_mean"])
+def test_cpu_l1_and_l2_normalisation_match_torch(op: str) -> None:
+    torch.manual_seed(4)
+    divisor = {
+        "l2": lambda x, d: torch.linalg.vector_norm(x, dim=d, keepdim=True),
+        "l1": lambda x, d: torch.sum(torch.abs(x), dim=d, keepdim=True),
+        "l1_mean": lambda x, d: torch.mean(torch.abs(x), dim=d, keepdim=True),
+    }[op]
+    layouts = [((7, 300), [1]), ((3, 70001), [-1]), ((5, 37, 9), [1]), ((3, 500, 17), [-2]), ((4, 5, 6), None)]
+    for threads, cols_block in (("all", 1024), ("one", 256)):
+        for shape, dims in layouts:
+            spec = json.dumps({"dims": dims, "strided": split_dims(shape, dims)[2] > 1, "weight": None, "wshape": []})
+            model = _cpu_model("rmsnorm_cpu", {"threads": threads, "cols_block": cols_block, "op": op, "spec": spec})
+            x = torch.randn(shape)
+            want = x / divisor(x, dims if dims is not None else list(range(x.dim())))
+            torch.testing.assert_close(model(x), want, rtol=1e-5, atol=1e-6, msg=f"{op} {shape} {dims} {threads}")
+
+
 # ------------------------------------------------------------------------- CPU, for real, sandboxed
 
 
@@ -431,16 +485,16 @@ def sandbox():
     sb.close()
 
 
-def _sandboxed(path: Path, sandbox: LocalSandbox, k: int) -> None:
+def _sandboxed(path: Path, sandbox: LocalSandbox, k: int, device: str = "cpu") -> None:
     problem = load_problem(path)
-    ideas = builtin.propose(problem.info, "cpu", k, [], None)
+    ideas = builtin.propose(problem.info, device, k, [], None)
     assert len(ideas) == k
     for idea in ideas:
         ev = evaluate(
             problem,
-            builtin.render(idea.template, idea.params, "cpu"),
+            builtin.render(idea.template, idea.params, device),
             sandbox=sandbox,
-            device="cpu",
+            device=device,  # type: ignore[arg-type]
             available_bytes=8 << 30,
             references=("eager",),
             timing=QUICK,
@@ -471,5 +525,19 @@ def test_cpu_candidates_of_other_variants_in_the_sandbox(tmp_path: Path, sandbox
         ctor="d",
         body="        self.weight = nn.Parameter(torch.randn(d))\n",
     )
-    for path in (argmax, log_softmax, weighted):
+    l2 = write(tmp_path, "l2_norm", "x / torch.norm(x, p=2, dim=1, keepdim=True)", "[torch.randn(64, 3000)]")
+    frobenius = write(tmp_path, "frobenius", "x / torch.norm(x, p='fro')", "[torch.randn(16, 64, 70)]")
+    l1 = write(tmp_path, "l1_strided", "x / torch.sum(torch.abs(x), dim=1, keepdim=True)", "[torch.rand(8, 300, 40)]")
+    for path in (argmax, log_softmax, weighted, l2, frobenius, l1):
         _sandboxed(path, sandbox, 2)
+
+
+@pytest.mark.gpu
+def test_cuda_l1_and_l2_normalisation_in_the_sandbox(tmp_path: Path, sandbox: LocalSandbox) -> None:
+    # Rows held in registers, one row of 16 M elements split over blocks (the Frobenius norm), a strided dim.
+    l2 = write(tmp_path, "l2_rows", "x / torch.norm(x, p=2, dim=1, keepdim=True)", "[torch.randn(256, 3000)]")
+    frobenius = write(tmp_path, "frobenius", "x / torch.norm(x, p='fro')", "[torch.randn(64, 256, 1024)]")
+    l1 = write(tmp_path, "l1_strided", "x / torch.sum(torch.abs(x), dim=1, keepdim=True)", "[torch.rand(16, 300, 256)]")
+    mean = write(tmp_path, "l1_mean", "x / torch.mean(torch.abs(x), dim=1, keepdim=True)", "[torch.rand(512, 4096)]")
+    for path in (l2, frobenius, l1, mean):
+        _sandboxed(path, sandbox, 2, "cuda")

@@ -22,6 +22,7 @@ from agents.builtin import (
     templates_layernorm_cuda,
 )
 from agents.builtin.recognise import Shape
+from agents.builtin.recognise_reduce import NORMS
 
 Params = dict[str, Any]
 
@@ -534,7 +535,7 @@ def _pick(values: tuple[int, ...], at_least: int) -> int:
 def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
     """A spread of first-round points, the most promising first, for this shape."""
     f = shape.family
-    if f == "reduce" or (f == "layernorm" and shape.op == "rms"):
+    if f == "reduce" or (f == "layernorm" and shape.op in NORMS):
         return catalog_reduce.seeds(shape, device)
     if f in ("elementwise", "epilogue"):
         return catalog_elementwise.seeds(shape, device)

@@ -20,6 +20,7 @@ from agents.builtin import (
 )
 from agents.builtin.catalog import Param, Params, Template
 from agents.builtin.recognise import Shape
+from agents.builtin.recognise_reduce import NORMS
 
 H200_SMS = 132
 _POW2 = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -78,6 +79,23 @@ def _reduce_cpu_text(p: Params) -> str:
     return f"{_op(p)}: {threads}, {p['vec']}-wide SIMD with {p['unroll']} accumulators{cols}; {_binding(p)}"
 
 
+def _norm(p: Params) -> str:
+    """The normalisation's name (RMSNorm, L1 or L2 normalisation)."""
+    return NORMS[p.get("op") or "rms"][1]
+
+
+def _statistic(p: Params) -> str:
+    return "sum of absolute values" if (p.get("op") or "rms").startswith("l1") else "sum of squares"
+
+
+def _eager(s: Shape) -> str:
+    """What eager PyTorch runs for this normalisation."""
+    if s.op == "rms":
+        return "eager RMSNorm runs 5-6 kernels (pow, mean, add, sqrt, div) with full-size temporaries"
+    what = "the norm" if s.op == "l2" else "abs, then its sum" if s.op == "l1" else "abs, then its mean"
+    return f"eager runs {what}, then a division: x is read twice and a temporary written"
+
+
 def _rms_rows_text(p: Params) -> str:
     rows = p["block"] // p["tpr"]
     if p["split"] > 1:
@@ -87,19 +105,19 @@ def _rms_rows_text(p: Params) -> str:
     cache = (
         f", rows of up to {4 * p['tpr'] * p['items']} elements held in registers (one read)"
         if p["items"] and p["split"] == 1
-        else ", the row read twice (sum of squares, then scale)"
+        else f", the row read twice ({_statistic(p)}, then scale)"
     )
-    return f"RMSNorm over contiguous rows: {threads}{cache}, {'float4' if p['vec4'] else 'scalar'} accesses"
+    return f"{_norm(p)} over contiguous rows: {threads}{cache}, {'float4' if p['vec4'] else 'scalar'} accesses"
 
 
 def _rms_inner_text(p: Params) -> str:
     cache = (
         f"up to {p['by'] * p['items']} values per column held in registers (one read)"
         if p["items"]
-        else "the column read twice (sum of squares, then scale)"
+        else f"the column read twice ({_statistic(p)}, then scale)"
     )
     return (
-        f"RMSNorm down a strided dim: {p['bx']} threads across the inner dim "
+        f"{_norm(p)} down a strided dim: {p['bx']} threads across the inner dim "
         f"({'float4' if p['vec4'] else 'one float'} each, coalesced), {p['by']} down the normalised dim, {cache}"
     )
 
@@ -108,7 +126,7 @@ def _rms_cpu_text(p: Params) -> str:
     threads = "OpenMP over rows / column blocks" if p["threads"] == "all" else "one thread"
     strided = _strided(p)
     cols = f"; strided dims in blocks of {p['cols_block']} columns" if strided is not False else ""
-    return f"RMSNorm: {threads}, {p['vec']}-wide SIMD with {p['unroll']} accumulators{cols}; {_binding(p)}"
+    return f"{_norm(p)}: {threads}, {p['vec']}-wide SIMD with {p['unroll']} accumulators{cols}; {_binding(p)}"
 
 
 # ------------------------------------------------------------------------------------------- rules
@@ -145,7 +163,7 @@ _RMS = ("eps", "op", "spec")
 
 
 def _is_rms(s: Shape) -> bool:
-    return s.family == "layernorm" and s.op == "rms"
+    return s.family == "layernorm" and s.op in NORMS
 
 
 TEMPLATES: tuple[Template, ...] = (
@@ -414,17 +432,17 @@ BASE: dict[str, Callable[[Params, Shape], str]] = {
         )
     ),
     "rmsnorm_cuda_rows": lambda p, s: (
-        "eager RMSNorm runs 5-6 kernels with full-size temporaries; one kernel reads x "
+        f"{_eager(s)}; one kernel reads x "
         + ("once (rows in registers)" if p["items"] and 4 * p["tpr"] * p["items"] >= s.cols else "twice (L2 helps)")
         + " and writes y once"
     ),
     "rmsnorm_cuda_inner": lambda p, s: (
-        f"eager RMSNorm over a strided dim runs 5 kernels and writes 3 temporaries; here threads run across the "
+        f"{_eager(s)}; here threads run across the "
         f"inner dim ({s.inner} columns, coalesced) and down the {s.cols} normalised values, "
         + ("held in registers: one read, one write" if p["items"] * p["by"] >= s.cols else "read twice")
     ),
     "rmsnorm_cpu": lambda p, s: (
-        "sum of squares and scaling fused in one C call (eager: pow, mean, add, sqrt, div with temporaries): "
+        f"{_statistic({'op': s.op})} and scaling fused in one C call ({_eager(s)}): "
         "expect 2-4× on memory-bound sizes, more on small ones where dispatch dominates"
     ),
 }

@@ -6,10 +6,10 @@ tensors whose shapes fit the family, and a constructor the templates reproduce (
 normalized_shape of a LayerNorm). The op's own arguments (softmax dim, LayerNorm eps) are not in
 ``ProblemInfo``; when the problem file is readable they are read from one forward pass on meta tensors,
 and a softmax over any dim but the last is not recognised. ``aten._log_softmax`` is the softmax family with
-``Shape.op == "log_softmax"``. Reductions over one dim ("reduce") and RMSNorm (the layernorm family with
-``op == "rms"``) are recognised from an ordered op trace in ``recognise_reduce.py``. A chain of pointwise ops
-("elementwise"), or one matmul / linear / convolution followed by one ("epilogue"), is traced into an expression
-by ``pointwise.py`` (``Shape.spec``).
+``Shape.op == "log_softmax"``. Reductions over one dim ("reduce"), RMSNorm and L1/L2 normalisation (the
+layernorm family with ``op`` "rms", "l1", "l1_mean" or "l2") are recognised from an ordered op trace in
+``recognise_reduce.py``. A chain of pointwise ops ("elementwise"), or one matmul / linear / convolution followed
+by one ("epilogue"), is traced into an expression by ``pointwise.py`` (``Shape.spec``).
 """
 
 from __future__ import annotations
@@ -91,7 +91,11 @@ def analyse(info: ProblemInfo) -> Shape | None:
     # imported here because it builds on Shape).
     from agents.builtin import recognise_reduce
 
-    reduced = recognise_reduce.analyse_reduce(info) or recognise_reduce.analyse_rms(info)
+    reduced = (
+        recognise_reduce.analyse_reduce(info)
+        or recognise_reduce.analyse_rms(info)
+        or recognise_reduce.analyse_norm(info)
+    )
     if reduced is not None:
         return reduced
     # A chain of pointwise ops, alone or after one matmul / linear / convolution (pointwise.py traces it).

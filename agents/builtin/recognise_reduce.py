@@ -1,4 +1,4 @@
-"""Recognising reductions over one dim and RMSNorm, from an ordered op trace on meta tensors.
+"""Recognising reductions over one dim, RMSNorm and L1/L2 normalisation, from an ordered op trace on meta tensors.
 
 ``ProblemInfo.aten_ops`` counts ops but loses their arguments and how they connect. Both families need
 more: a reduction's dims and keepdim, and for RMSNorm the proof that the five or six ops the reference
@@ -57,6 +57,18 @@ _RMS_OPS = {
     "aten.div.Tensor",
 }
 _FUSED_RMS = {"aten._fused_rms_norm.default", "aten.rms_norm.default"}
+# The ops of x divided by a norm of itself over some dims: torch.norm / linalg.vector_norm (p=2, "fro"), or
+# sum / mean of abs(x).
+_NORM_OPS = {"aten.abs.default", "aten.sum.dim_IntList", "aten.mean.dim", "aten.linalg_vector_norm.default",
+             "aten.div.Tensor"}  # fmt: skip
+# Normalisations y = x * factor(s), s a sum over the normalised dims, that the RMSNorm templates compute (the
+# layernorm family's Shape.op): op -> (the templates' NORM code, a name, the formula with {dims}).
+NORMS: dict[str, tuple[int, str, str]] = {
+    "rms": (0, "RMSNorm", "y = x / sqrt(mean(x^2 over {dims}) + eps)"),
+    "l2": (1, "L2 normalisation", "y = x / sqrt(sum(x^2 over {dims}))"),
+    "l1": (2, "L1 normalisation", "y = x / sum(|x| over {dims})"),
+    "l1_mean": (3, "normalisation by the mean absolute value", "y = x / mean(|x| over {dims})"),
+}
 
 
 # ------------------------------------------------------------------------------------------ trace
@@ -287,6 +299,69 @@ def analyse_rms(info: ProblemInfo) -> Shape | None:
         return None  # parameters the computation does not use: the candidate would not hold them
     spec = json.dumps({"dims": dims, "strided": inner > 1, "weight": weight, "wshape": wshape}, sort_keys=True)
     return Shape("layernorm", rows=outer, cols=reduced, inner=inner, eps=float(eps), op="rms", spec=spec)
+
+
+def analyse_norm(info: ProblemInfo) -> Shape | None:
+    """``x / norm(x, dims)`` with the L2 norm (``torch.norm``, ``linalg.vector_norm``; over every dim: the
+    Frobenius norm) or ``x / sum(|x|, dims)`` / ``x / mean(|x|, dims)``, the dims contiguous; no parameters."""
+    ops = set(info.aten_ops)
+    if "aten.div.Tensor" not in ops or not ops <= _NORM_OPS or info.n_parameters:
+        return None
+    x = _only_tensor_input(info)
+    if x is None or len(info.outputs) != 1 or info.outputs[0].shape != x.shape or info.outputs[0].dtype != "float32":
+        return None
+    tr = trace(info.path, info.sha256)
+    if tr is None or len(tr.outputs) != 1 or not _is_node(tr.outputs[0], len(tr.nodes) - 1):
+        return None
+    found = _match_norm(tr.nodes, len(x.shape))
+    if found is None:
+        return None
+    dims, op = found
+    parts = split_dims(x.shape, dims)
+    if parts is None:
+        return None
+    outer, reduced, inner, _, _ = parts
+    spec = json.dumps({"dims": dims, "strided": inner > 1, "weight": None, "wshape": []}, sort_keys=True)
+    return Shape("layernorm", rows=outer, cols=reduced, inner=inner, eps=0.0, op=op, spec=spec)
+
+
+def _match_norm(nodes: tuple[Node, ...], nd: int) -> tuple[list[int] | None, str] | None:
+    """(dims, op) of ``norm = vector_norm(x, 2, dims, keepdim); x / norm`` or ``s = sum|mean(abs(x), dims,
+    keepdim); x / s``; None for anything else (another order, another p, a dtype, an eps added...)."""
+
+    def is_x(a: Any) -> bool:
+        return isinstance(a, Ref) and a.kind == "input" and a.key == 0
+
+    def arg(node: Node, i: int, name: str, default: Any = None) -> Any:
+        return node.args[i] if len(node.args) > i else dict(node.kwargs).get(name, default)
+
+    *head, last = nodes
+    if last.op != "aten.div.Tensor" or len(last.args) != 2 or last.kwargs or not is_x(last.args[0]):
+        return None
+    if not _is_node(last.args[1], len(head) - 1):
+        return None
+    if len(head) == 1 and head[0].op == "aten.linalg_vector_norm.default":
+        n = head[0]
+        order = arg(n, 1, "ord", 2)
+        if not is_x(arg(n, 0, "self")) or isinstance(order, bool) or order != 2 or arg(n, 4, "dtype") is not None:
+            return None
+        dims, keepdim, op = arg(n, 2, "dim"), arg(n, 3, "keepdim", False), "l2"
+    elif len(head) == 2 and head[0].op == "aten.abs.default" and is_x(arg(head[0], 0, "self")):
+        n = head[1]
+        if n.op not in ("aten.sum.dim_IntList", "aten.mean.dim") or not _is_node(arg(n, 0, "self"), 0):
+            return None
+        if arg(n, 3, "dtype") is not None:
+            return None
+        dims, keepdim = arg(n, 1, "dim"), arg(n, 2, "keepdim", False)
+        op = "l1" if n.op == "aten.sum.dim_IntList" else "l1_mean"
+    else:
+        return None
+    if isinstance(dims, int):
+        dims = (dims,)
+    every = not dims or sorted({d % nd for d in dims}) == list(range(nd))
+    if not keepdim and not every:
+        return None  # the reduced result would broadcast against other dims than the ones it came from
+    return (None if not dims else [int(d) for d in dims]), op
 
 
 def _match_fused(tr: Trace) -> tuple[list[int], float, str | None] | None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from agents.builtin._text import fill, wrap
 from agents.builtin._text import params_text as shared_params_text
+from agents.builtin.recognise_reduce import NORMS
 
 OP_CODES = {"sum": 0, "mean": 1, "max": 2, "min": 3, "argmax": 4, "argmin": 5}
 
@@ -129,6 +130,17 @@ def weight_parts(params: dict[str, Any]) -> tuple[str, str, str]:
     lines.append(f"        self.{path} = nn.Parameter(torch.ones({shape!r}))")
     # Parameters are created contiguous and only ever updated in place.
     return "\n".join(lines) + "\n", f"self.{path}.detach()", " * weight"
+
+
+def norm_code(params: dict[str, Any]) -> int:
+    """The RMSNorm templates' NORM: which normalisation (``recognise_reduce.NORMS``) the kernel computes."""
+    return NORMS[params.get("op") or "rms"][0]
+
+
+def formula(params: dict[str, Any]) -> str:
+    """The candidate docstring's line on what it computes, e.g. ``RMSNorm: y = x / sqrt(mean(...) + eps)``."""
+    _, name, text = NORMS[params.get("op") or "rms"]
+    return f"{name}: {text.format(dims=dims_text(spec_of(params).get('dims')))}"
 
 
 def rms_module(params: dict[str, Any]) -> str:

@@ -1,5 +1,5 @@
-"""RMSNorm on the CPU (C through gcc): ``rmsnorm_cpu``, OpenMP over rows or over (slice, column block) tasks,
-sums of squares folded into doubles."""
+"""RMSNorm, and L1 / L2 normalisation, on the CPU (C through gcc): ``rmsnorm_cpu``, OpenMP over rows or over
+(slice, column block) tasks, sums folded into doubles."""
 
 from __future__ import annotations
 
@@ -7,40 +7,53 @@ from typing import Any
 
 from agents.builtin._text import c_bool, c_params, fill, wrap
 from agents.builtin.templates_cpu import C_PRELUDE, binding_block, imports_block
-from agents.builtin.templates_reduce_python import dims_text, params_text, rms_module, spec_of, weight_parts
+from agents.builtin.templates_reduce_python import formula, norm_code, params_text, rms_module, weight_parts
 
 RMS_C = c_params(r"""
-/* RMSNorm of x viewed as (outer, normalised, inner) over its middle dim: y = x / sqrt(mean(x^2) + eps) [* w].
+/* RMSNorm (or L1 / L2 normalisation, NORM) of x viewed as (outer, normalised, inner) over its middle dim:
+   y = x * factor(s) [* w], s the sum of each element's term over the normalised dim.
 @SUMMARY_C@ */
 #param VW            /* floats per vector */
 #param UNROLL        /* independent vector accumulators along a row */
 #param PARALLEL      /* OpenMP over rows (inner == 1) or over (slice, column block) tasks */
 #param CB          /* inner > 1: columns per task, their sums kept in L1 */
+#param NORM          /* the normalisation: 0 RMSNorm, 1 L2, 2 L1, 3 mean of |x| */
 @PRELUDE@
-/* Sums of squares: float vectors over sub-blocks of SB elements (RB rows when strided), folded into doubles. */
+/* What each element adds to s: its square (NORM 0, 1) or its absolute value (2, 3; the sign bit cleared). */
+static inline float term(float v) { return NORM >= 2 ? __builtin_fabsf(v) : v * v; }
+static inline vf vterm(vf v) { return NORM >= 2 ? (vf)((vi)v & 0x7fffffff) : v * v; }
+/* Sums of terms: float vectors over sub-blocks of SB elements (RB rows when strided), folded into doubles. */
 #define SB (STEP * 16)
 #define RB 64
 
-static float sumsq_of(const float* restrict x, int64_t lo, int64_t hi)
+static float sum_of(const float* restrict x, int64_t lo, int64_t hi)
 {
     vf acc[UNROLL];
     for (int u = 0; u < UNROLL; ++u) acc[u] = vsplat(0.0f);
     int64_t j = lo;
     for (; j + STEP <= hi; j += STEP)
         for (int u = 0; u < UNROLL; ++u) {
-            const vf v = vload(x + j + u * VW);
-            acc[u] += v * v;
+            acc[u] += vterm(vload(x + j + u * VW));
         }
     for (int u = 1; u < UNROLL; ++u) acc[0] += acc[u];
     float s = hsum(acc[0]);
-    for (; j < hi; ++j) s += x[j] * x[j];
+    for (; j < hi; ++j) s += term(x[j]);
     return s;
 }
 
-/* 1 / sqrt(mean of squares + eps): the mean rounded to fp32 first, as torch's fp32 mean is. */
-static inline float inv_rms(double sumsq, int64_t n, float eps)
+/* y = x * factor(s): 1 / the divisor torch's reference computes, from s rounded to fp32 first (a mean after the
+   division), as torch's fp32 sum and mean are. */
+static inline float inv_norm(double s, int64_t n, float eps)
 {
-    return 1.0f / __builtin_sqrtf((float)(sumsq / (double)n) + eps);
+#if NORM == 0
+    return 1.0f / __builtin_sqrtf((float)(s / (double)n) + eps);
+#elif NORM == 1
+    return 1.0f / __builtin_sqrtf((float)s);
+#elif NORM == 2
+    return 1.0f / (float)s;
+#else
+    return 1.0f / (float)(s / (double)n);
+#endif
 }
 
 static void scale_row(const float* restrict x, const float* restrict w, float* restrict y, int64_t n, float inv)
@@ -61,7 +74,7 @@ static void scale_row(const float* restrict x, const float* restrict w, float* r
     }
 }
 
-/* Columns c0..c0+w of slice o: sums of squares down the normalised dim (rows read as contiguous runs of w
+/* Columns c0..c0+w of slice o: sums of terms down the normalised dim (rows read as contiguous runs of w
    floats), then a second pass scales them; the slice's block (red x w floats) is still in L2 by then. */
 static void columns(const float* restrict x, float* restrict y, int64_t red, int64_t inner, int64_t o, int64_t c0,
                     int64_t w, float eps)
@@ -78,14 +91,13 @@ static void columns(const float* restrict x, float* restrict y, int64_t red, int
             const float* xr = x + base + r * inner;
             int64_t k = 0;
             for (; k + VW <= w; k += VW) {
-                const vf v = vload(xr + k);
-                vstore(acc + k, vload(acc + k) + v * v);
+                vstore(acc + k, vload(acc + k) + vterm(vload(xr + k)));
             }
-            for (; k < w; ++k) acc[k] += xr[k] * xr[k];
+            for (; k < w; ++k) acc[k] += term(xr[k]);
         }
         for (int64_t k = 0; k < w; ++k) total[k] += (double)acc[k];
     }
-    for (int64_t k = 0; k < w; ++k) inv[k] = inv_rms(total[k], red, eps);
+    for (int64_t k = 0; k < w; ++k) inv[k] = inv_norm(total[k], red, eps);
     for (int64_t r = 0; r < red; ++r) {
         const float* xr = x + base + r * inner;
         float* yr = y + base + r * inner;
@@ -103,8 +115,8 @@ void rmsnorm(const float* restrict x, const float* restrict w, float* restrict y
         for (int64_t o = 0; o < outer; ++o) {
             const float* xr = x + o * red;
             double s = 0.0;
-            for (int64_t b = 0; b < red; b += SB) s += (double)sumsq_of(xr, b, min64(b + SB, red));
-            scale_row(xr, w, y + o * red, red, inv_rms(s, red, eps));
+            for (int64_t b = 0; b < red; b += SB) s += (double)sum_of(xr, b, min64(b + SB, red));
+            scale_row(xr, w, y + o * red, red, inv_norm(s, red, eps));
         }
         return;
     }
@@ -123,7 +135,7 @@ RMS_CPU_PY = r'''"""Builtin candidate `rmsnorm_cpu` (agents.builtin).
 
 Parameters: @PARAMS@.
 
-RMSNorm: y = x / sqrt(mean(x^2 over @DIMS_TEXT@) + eps)@TIMES_WEIGHT@, on float32 CPU tensors.
+@FORMULA@@TIMES_WEIGHT@, on float32 CPU tensors.
 """
 
 @IMPORTS@
@@ -158,13 +170,14 @@ def render_rms_cpu(params: dict[str, Any], summary: str) -> str:
         UNROLL=params["unroll"],
         PARALLEL=c_bool(params["threads"] == "all"),
         CB=params["cols_block"],
+        NORM=norm_code(params),
         PRELUDE=C_PRELUDE,
     )
     return fill(
         RMS_CPU_PY,
         SUMMARY_DOC=wrap(summary),
         PARAMS=params_text(params),
-        DIMS_TEXT=dims_text(spec_of(params).get("dims")),
+        FORMULA=formula(params),
         TIMES_WEIGHT=times,
         C_SRC=c_src,
         IMPORTS=imports_block(params["binding"], ("functools",)),

@@ -1,6 +1,6 @@
-"""RMSNorm on CUDA (NVRTC through CuPy): ``rmsnorm_cuda_rows`` over contiguous trailing dims (a group of
-``tpr`` threads per row, the row held in registers when it fits, or split over blocks) and
-``rmsnorm_cuda_inner`` over a strided dim (threads across the inner dim, ``by`` down the normalised one)."""
+"""RMSNorm, and L1 / L2 normalisation, on CUDA (NVRTC through CuPy): ``rmsnorm_cuda_rows`` over contiguous
+trailing dims (a group of ``tpr`` threads per row, the row held in registers when it fits, or split over blocks)
+and ``rmsnorm_cuda_inner`` over a strided dim (threads across the inner dim, ``by`` down the normalised one)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from typing import Any
 
 from agents.builtin._text import c_bool, c_params, fill, wrap
 from agents.builtin.templates_reduce_python import (
-    dims_text,
+    formula,
     inner_constants,
+    norm_code,
     params_text,
     rms_module,
     rows_constants,
@@ -41,23 +42,35 @@ __device__ __forceinline__ float4 mul4(float4 v, float4 w)
     return v;
 }
 
-__device__ __forceinline__ float sq4(float4 v) { return (v.x * v.x + v.y * v.y) + (v.z * v.z + v.w * v.w); }
+// NORM: 0 RMSNorm, 1 L2, 2 L1 (sum of |x|), 3 mean of |x|. What each element adds to the row's sum s ...
+__device__ __forceinline__ float term(float v) { return NORM >= 2 ? fabsf(v) : v * v; }
 
-// 1 / sqrt(mean of squares + eps), the factor torch's x / sqrt(mean(x^2) + eps) divides by.
-__device__ __forceinline__ float inv_rms(float sumsq, long long n, float eps)
+__device__ __forceinline__ float term4(float4 v) { return (term(v.x) + term(v.y)) + (term(v.z) + term(v.w)); }
+
+// ... and the factor y = x * factor(s): 1 / the divisor torch's reference computes from s.
+__device__ __forceinline__ float inv_norm(float s, long long n, float eps)
 {
-    return 1.0f / sqrtf(sumsq / (float)n + eps);
+#if NORM == 0
+    return 1.0f / sqrtf(s / (float)n + eps);  // x / sqrt(mean(x^2) + eps)
+#elif NORM == 1
+    return 1.0f / sqrtf(s);  // x / sqrt(sum(x^2))
+#elif NORM == 2
+    return 1.0f / s;  // x / sum(|x|)
+#else
+    return 1.0f / (s / (float)n);  // x / mean(|x|)
+#endif
 }
 """
 
 RMS_ROWS_CU = c_params(r"""
-// RMSNorm over a contiguous (last) run of dims: y = x / sqrt(mean(x^2) + eps) [* weight].
+// RMSNorm (or L1 / L2 normalisation, NORM) over a contiguous (last) run of dims: y = x * factor(row sum) [* weight].
 @SUMMARY_C@
 #param BLOCK      // threads per block
 #param TPR          // threads per row (32..1024, a power of two): BLOCK / TPR rows per block
 #param VEC          // float4 accesses when every row and the weight are 16-byte aligned
 #param ITEMS        // float4s per thread kept in registers when the row fits (0: read it twice)
-#param SPLIT        // blocks per row (> 1: TPR == BLOCK; partial sums of squares, then a second kernel)
+#param SPLIT        // blocks per row (> 1: TPR == BLOCK; partial sums, then a second kernel)
+#param NORM         // the normalisation: 0 RMSNorm, 1 L2, 2 L1, 3 mean of |x|
 #define RPB (BLOCK / TPR)
 @COMMON@
 static_assert(TPR >= 32 && (TPR & (TPR - 1)) == 0 && TPR <= BLOCK && BLOCK % TPR == 0, "TPR: a power of two");
@@ -80,20 +93,20 @@ __device__ __forceinline__ float group_sum(float v)
     return v;
 }
 
-__device__ __forceinline__ float sumsq_span(const float* xr, long long lo, long long hi, int t, bool vec)
+__device__ __forceinline__ float stat_span(const float* xr, long long lo, long long hi, int t, bool vec)
 {
     float s0 = 0.0f, s1 = 0.0f;  // two accumulators: two loads in flight per thread
     long long i = lo;
     if (vec) {
         const long long end = lo + (hi - lo) / 4 * 4;
         for (i = lo + 4LL * t; i + 4LL * TPR < end; i += 8LL * TPR) {
-            s0 += sq4(__ldg(reinterpret_cast<const float4*>(xr + i)));
-            s1 += sq4(__ldg(reinterpret_cast<const float4*>(xr + i + 4LL * TPR)));
+            s0 += term4(__ldg(reinterpret_cast<const float4*>(xr + i)));
+            s1 += term4(__ldg(reinterpret_cast<const float4*>(xr + i + 4LL * TPR)));
         }
-        if (i < end) s0 += sq4(__ldg(reinterpret_cast<const float4*>(xr + i)));
+        if (i < end) s0 += term4(__ldg(reinterpret_cast<const float4*>(xr + i)));
         i = end;
     }
-    for (long long k = i + t; k < hi; k += TPR) s1 += xr[k] * xr[k];
+    for (long long k = i + t; k < hi; k += TPR) s1 += term(xr[k]);
     return s0 + s1;
 }
 
@@ -133,9 +146,9 @@ rms_rows(const float* __restrict__ x, const float* __restrict__ w, float* __rest
             const long long i = 4LL * (k * TPR + t);
             r[k] = make_float4(0.f, 0.f, 0.f, 0.f);
             if (active && i < cols) r[k] = __ldg(reinterpret_cast<const float4*>(xr + i));
-            s += sq4(r[k]);
+            s += term4(r[k]);
         }
-        const float inv = inv_rms(group_sum(s), cols, eps);
+        const float inv = inv_norm(group_sum(s), cols, eps);
 #pragma unroll
         for (int k = 0; k < ITEMS; ++k) {
             const long long i = 4LL * (k * TPR + t);
@@ -148,11 +161,11 @@ rms_rows(const float* __restrict__ x, const float* __restrict__ w, float* __rest
         return;
     }
 #endif
-    const float s = group_sum(active ? sumsq_span(xr, 0, cols, t, vec) : 0.0f);
-    if (active) scale_span(xr, w, yr, 0, cols, t, vec, inv_rms(s, cols, eps));
+    const float s = group_sum(active ? stat_span(xr, 0, cols, t, vec) : 0.0f);
+    if (active) scale_span(xr, w, yr, 0, cols, t, vec, inv_norm(s, cols, eps));
 }
 
-// Split rows, kernel 1: block (row, j) sums the squares of chunk j of its row into part[row * SPLIT + j].
+// Split rows, kernel 1: block (row, j) sums the terms of chunk j of its row into part[row * SPLIT + j].
 __device__ __forceinline__ long long chunk_len(long long cols) { return ((cols + SPLIT - 1) / SPLIT + 3) / 4 * 4; }
 
 extern "C" __global__ void __launch_bounds__(BLOCK)
@@ -161,7 +174,7 @@ rms_partial(const float* __restrict__ x, float* __restrict__ part, long long col
     const long long row = blockIdx.x / SPLIT, j = blockIdx.x % SPLIT;
     const long long chunk = chunk_len(cols), lo = min(cols, j * chunk), hi = min(cols, lo + chunk);
     const bool vec = VEC && cols % 4 == 0 && aligned16(x);
-    const float s = group_sum(sumsq_span(x + row * cols, lo, hi, threadIdx.x, vec));
+    const float s = group_sum(stat_span(x + row * cols, lo, hi, threadIdx.x, vec));
     if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
 
@@ -175,17 +188,19 @@ rms_apply(const float* __restrict__ x, const float* __restrict__ w, const float*
     for (int k = 0; k < SPLIT; ++k) s += part[row * SPLIT + k];
     const long long chunk = chunk_len(cols), lo = min(cols, j * chunk), hi = min(cols, lo + chunk);
     const bool vec = VEC && cols % 4 == 0 && aligned16(x) && aligned16(y) && (!w || aligned16(w));
-    scale_span(x + row * cols, w, y + row * cols, lo, hi, threadIdx.x, vec, inv_rms(s, cols, eps));
+    scale_span(x + row * cols, w, y + row * cols, lo, hi, threadIdx.x, vec, inv_norm(s, cols, eps));
 }
 """)
 
 RMS_INNER_CU = c_params(r"""
-// RMSNorm over a strided dim (e.g. dim 1 of (batch, features, h, w)): BX threads across the inner dim
+// RMSNorm (or L1 / L2 normalisation, NORM) over a strided dim (e.g. dim 1 of (batch, features, h, w)): BX threads
+// across the inner dim
 // (V adjacent columns each, coalesced), BY threads down the normalised dim per column.
 @SUMMARY_C@
 #param BX           // threads across the inner dim
 #param BY            // threads down the normalised dim, sums merged through shared memory
 #param ITEMS        // values per thread and column kept in registers when the dim fits (0: read twice)
+#param NORM         // the normalisation: 0 RMSNorm, 1 L2, 2 L1, 3 mean of |x|
 @COMMON@
 static_assert(BX * BY <= 1024 && (BX * BY) % 32 == 0, "a whole number of warps, at most 1024 threads");
 
@@ -242,7 +257,7 @@ __device__ __forceinline__ void rms_inner_body(const float* __restrict__ x, floa
                 for (int k = 0; k < V; ++k) r[q][k] = 0.0f;
             }
 #pragma unroll
-            for (int k = 0; k < V; ++k) s[k] += r[q][k] * r[q][k];
+            for (int k = 0; k < V; ++k) s[k] += term(r[q][k]);
         }
     } else
 #endif
@@ -252,7 +267,7 @@ __device__ __forceinline__ void rms_inner_body(const float* __restrict__ x, floa
             float v[V];
             load<V>(xo + rr * inner, v);
 #pragma unroll
-            for (int k = 0; k < V; ++k) s[k] += v[k] * v[k];
+            for (int k = 0; k < V; ++k) s[k] += term(v[k]);
         }
     }
 #if BY > 1
@@ -270,7 +285,7 @@ __device__ __forceinline__ void rms_inner_body(const float* __restrict__ x, floa
     if (!active) return;
     float inv[V];
 #pragma unroll
-    for (int k = 0; k < V; ++k) inv[k] = inv_rms(s[k], red, eps);
+    for (int k = 0; k < V; ++k) inv[k] = inv_norm(s[k], red, eps);
 #if ITEMS > 0
     if (fits) {
 #pragma unroll
@@ -308,7 +323,7 @@ RMS_CUDA_PY = r'''"""Builtin candidate `@TEMPLATE@` (agents.builtin).
 
 Parameters: @PARAMS@.
 
-RMSNorm: y = x / sqrt(mean(x^2 over @DIMS_TEXT@) + eps)@TIMES_WEIGHT@, on float32 CUDA tensors.
+@FORMULA@@TIMES_WEIGHT@, on float32 CUDA tensors.
 """
 
 import functools
@@ -370,7 +385,7 @@ def _rms_cuda_py(template: str, params: dict[str, Any], summary: str, cu: str, c
         TEMPLATE=template,
         SUMMARY_DOC=wrap(summary),
         PARAMS=params_text(params),
-        DIMS_TEXT=dims_text(spec_of(params).get("dims")),
+        FORMULA=formula(params),
         TIMES_WEIGHT=times,
         CUDA_SRC=cu,
         CONSTANTS=constants,
@@ -388,6 +403,7 @@ def render_rms_rows(params: dict[str, Any], summary: str) -> str:
         VEC=c_bool(params["vec4"]),
         ITEMS=params["items"],
         SPLIT=params["split"],
+        NORM=norm_code(params),
         COMMON=RMS_COMMON_CU,
     )
     return _rms_cuda_py("rmsnorm_cuda_rows", params, summary, cu, rows_constants(params), _LAUNCH_RMS_ROWS)
@@ -402,6 +418,7 @@ def render_rms_inner(params: dict[str, Any], summary: str) -> str:
         BX=params["bx"],
         BY=params["by"],
         ITEMS=params["items"],
+        NORM=norm_code(params),
         COMMON=RMS_COMMON_CU,
     )
     return _rms_cuda_py(
