@@ -21,6 +21,7 @@ from agents.builtin import (
 from agents.builtin.catalog import Param, Params, Template
 from agents.builtin.recognise import Shape
 from agents.builtin.recognise_reduce import NORMS
+from agents.builtin.templates_reduce_python import norm_of
 
 H200_SMS = 132
 _POW2 = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -81,11 +82,11 @@ def _reduce_cpu_text(p: Params) -> str:
 
 def _norm(p: Params) -> str:
     """The normalisation's name (RMSNorm, L1 or L2 normalisation)."""
-    return NORMS[p.get("op") or "rms"][1]
+    return norm_of(p)[1]
 
 
-def _statistic(p: Params) -> str:
-    return "sum of absolute values" if (p.get("op") or "rms").startswith("l1") else "sum of squares"
+def _statistic(op: str) -> str:
+    return "sum of absolute values" if op.startswith("l1") else "sum of squares"
 
 
 def _eager(s: Shape) -> str:
@@ -105,7 +106,7 @@ def _rms_rows_text(p: Params) -> str:
     cache = (
         f", rows of up to {4 * p['tpr'] * p['items']} elements held in registers (one read)"
         if p["items"] and p["split"] == 1
-        else f", the row read twice ({_statistic(p)}, then scale)"
+        else f", the row read twice ({_statistic(p.get('op') or 'rms')}, then scale)"
     )
     return f"{_norm(p)} over contiguous rows: {threads}{cache}, {'float4' if p['vec4'] else 'scalar'} accesses"
 
@@ -114,7 +115,7 @@ def _rms_inner_text(p: Params) -> str:
     cache = (
         f"up to {p['by'] * p['items']} values per column held in registers (one read)"
         if p["items"]
-        else f"the column read twice ({_statistic(p)}, then scale)"
+        else f"the column read twice ({_statistic(p.get('op') or 'rms')}, then scale)"
     )
     return (
         f"{_norm(p)} down a strided dim: {p['bx']} threads across the inner dim "
@@ -442,7 +443,7 @@ BASE: dict[str, Callable[[Params, Shape], str]] = {
         + ("held in registers: one read, one write" if p["items"] * p["by"] >= s.cols else "read twice")
     ),
     "rmsnorm_cpu": lambda p, s: (
-        f"{_statistic({'op': s.op})} and scaling fused in one C call ({_eager(s)}): "
+        f"{_statistic(s.op)} and scaling fused in one C call ({_eager(s)}): "
         "expect 2-4× on memory-bound sizes, more on small ones where dispatch dominates"
     ),
 }

@@ -132,14 +132,19 @@ def weight_parts(params: dict[str, Any]) -> tuple[str, str, str]:
     return "\n".join(lines) + "\n", f"self.{path}.detach()", " * weight"
 
 
+def norm_of(params: dict[str, Any]) -> tuple[int, str, str]:
+    """What an RMSNorm template point computes: (NORM code, name, formula) from ``recognise_reduce.NORMS``."""
+    return NORMS[params.get("op") or "rms"]
+
+
 def norm_code(params: dict[str, Any]) -> int:
-    """The RMSNorm templates' NORM: which normalisation (``recognise_reduce.NORMS``) the kernel computes."""
-    return NORMS[params.get("op") or "rms"][0]
+    """The RMSNorm templates' NORM: which normalisation the kernel computes."""
+    return norm_of(params)[0]
 
 
 def formula(params: dict[str, Any]) -> str:
     """The candidate docstring's line on what it computes, e.g. ``RMSNorm: y = x / sqrt(mean(...) + eps)``."""
-    _, name, text = NORMS[params.get("op") or "rms"]
+    _, name, text = norm_of(params)
     return f"{name}: {text.format(dims=dims_text(spec_of(params).get('dims')))}"
 
 
