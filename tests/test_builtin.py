@@ -86,6 +86,44 @@ def test_unknown_problems_get_no_family_and_no_ideas(tmp_path: Path) -> None:
     assert all("eps" not in i.params for i in builtin.propose(ln, "cpu", 3, [], None))
 
 
+def write_matmul(tmp_path: Path, name: str, forward: str, a: tuple[int, int], b: tuple[int, int]) -> ProblemInfo:
+    src = (
+        "import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+        f"        super().__init__()\n\n    def forward(self, A, B):\n        return {forward}\n\n\n"
+        f"def get_inputs():\n    return [torch.randn{a}, torch.randn{b}]\n\n\ndef get_init_inputs():\n    return []\n"
+    )
+    (tmp_path / f"{name}.py").write_text(src)
+    return load_problem(tmp_path / f"{name}.py").info
+
+
+TRANSPOSED = {
+    # forward, A's shape, B's shape: which operands are transposed (A @ B is 40 x 72 by 56)
+    "torch.matmul(A.T, B)": ((72, 40), (72, 56), [True, False]),
+    "A @ B.t()": ((40, 72), (56, 72), [False, True]),
+    "torch.mm(A.transpose(0, 1), B.T)": ((72, 40), (56, 72), [True, True]),
+}
+
+
+@pytest.mark.parametrize("forward", sorted(TRANSPOSED))
+def test_a_matmul_of_transposed_inputs_is_a_matmul(forward: str, tmp_path: Path) -> None:
+    a, b, transposed = TRANSPOSED[forward]
+    problem = write_matmul(tmp_path, "transposed", forward, a, b)
+    s = builtin.analyse(problem)
+    assert (s.family, s.m, s.k, s.n) == ("matmul", 40, 72, 56)
+    assert json.loads(s.spec) == {"transposed": transposed}
+    for device in ("cpu", "cuda"):
+        ideas = builtin.propose(problem, device, 3, [], None)
+        assert ideas and all(i.params["spec"] == s.spec for i in ideas)
+
+
+def test_other_transposes_around_a_matmul_are_refused(tmp_path: Path) -> None:
+    gram = write_matmul(tmp_path, "gram", "A.T @ A + 0 * B", (72, 40), (40, 40))  # A twice, and a tail
+    swapped = write_matmul(tmp_path, "swapped", "torch.matmul(B.T, A)", (72, 40), (72, 56))  # input 1 first
+    unused = write_matmul(tmp_path, "unused", "(A.T, A @ B)[1]", (40, 72), (72, 56))  # a transpose not multiplied
+    for problem in (gram, swapped, unused):
+        assert builtin.analyse(problem) is None, problem.name
+
+
 def test_a_non_default_layernorm_eps_is_carried_into_the_candidates(tmp_path: Path) -> None:
     ln = write_problem(
         tmp_path, "ln_eps", "self.ln(x)", "[torch.randn(4, 10)]", init="[(10,)]", ctor="normalized_shape, eps=1e-3"
@@ -255,6 +293,10 @@ def cuda_spread() -> list[tuple[str, dict]]:
             except ValueError:
                 continue
             points[t.name + json.dumps(point, sort_keys=True)] = (t.name, point)
+    for name in ("matmul_cuda_tiled", "matmul_cuda_mma"):  # a problem that multiplies A.T and B.T
+        t = TEMPLATES[name]
+        point = t.normalise({**t.defaults(), "spec": json.dumps({"transposed": [True, True]})})
+        points[name + json.dumps(point, sort_keys=True)] = (name, point)
     for name in FAMILY:
         shape = builtin.analyse(info(name))
         for template, params in seeds(shape, "cuda"):
@@ -296,6 +338,16 @@ def assert_correct(
     assert ev.result.status == "ok", f"{template} {params}: {ev.result.reason}\n{ev.result.details}"
     assert ev.result.correctness is not None and ev.result.correctness.passed
     return ev.result.correctness
+
+
+def test_cpu_matmuls_of_transposed_inputs_are_correct_in_the_sandbox(tmp_path: Path, sandbox: LocalSandbox) -> None:
+    for k, forward in enumerate(sorted(TRANSPOSED)):
+        a, b, _ = TRANSPOSED[forward]
+        write_matmul(tmp_path, f"transposed_{k}", forward, a, b)
+        problem = load_problem(tmp_path / f"transposed_{k}.py")
+        idea = builtin.propose(problem.info, "cpu", 1, [], None)[0]
+        correctness = assert_correct(problem, idea.template, idea.params, "cpu", sandbox)
+        assert correctness.worst("max_abs_error") < 1e-4, forward
 
 
 @pytest.mark.parametrize("name", ["softmax_small", "layernorm_small", "matmul_small"])
@@ -348,3 +400,13 @@ def test_every_cuda_template_has_a_problem_to_run_on_the_gpu() -> None:
 def test_every_cuda_template_is_correct_on_the_gpu(template: str, sandbox: LocalSandbox) -> None:
     _, params, path = next(p for p in one_point_per_cuda_template() if p[0] == template)
     assert_correct(load_problem(path), template, params, "cuda", sandbox)
+
+
+@pytest.mark.gpu
+def test_cuda_matmuls_of_transposed_inputs_are_correct(tmp_path: Path, sandbox: LocalSandbox) -> None:
+    write_matmul(tmp_path, "both", "torch.matmul(A.T, B.T)", (128, 256), (384, 128))  # (256 x 128) @ (128 x 384)
+    problem = load_problem(tmp_path / "both.py")
+    shape = builtin.analyse(problem.info)
+    for template in ("matmul_cuda_tiled", "matmul_cuda_mma"):
+        t = TEMPLATES[template]
+        assert_correct(problem, template, t.normalise({**t.defaults(), **shape.extras()}), "cuda", sandbox)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import textwrap
 from typing import Any
@@ -67,6 +68,12 @@ def wrap(text: str, prefix: str = "", width: int = 100) -> str:
 
 
 _PARAM_LINE = re.compile(r"^#param ([A-Z][A-Z0-9_]*)(.*)$", re.MULTILINE)
+
+
+def transposed(params: dict[str, Any]) -> str:
+    """A matmul wrapper's ``_TRANSPOSED`` literal: which operands the problem transposes (``Shape.spec``)."""
+    spec = json.loads(params.get("spec") or "{}")
+    return repr(tuple(bool(t) for t in spec.get("transposed", (False, False))))
 
 
 def c_params(source: str) -> str:

@@ -24,8 +24,8 @@ SOFTMAX_ROWS_PY = r'''class ModelNew(nn.Module):
         if rows == 0:
             return out'''
 
-# A matmul's operand checks and its 2-D or batched 3-D shapes (CUDA); the size limits that follow are each
-# kernel's own.
+# A matmul's operand checks and its 2-D or batched 3-D shapes (CUDA), after the transposes the problem applies
+# (the template defines _TRANSPOSED); the size limits that follow are each kernel's own.
 MATMUL_OPERANDS_PY = r'''def _as_cuda_f32(t: torch.Tensor, name: str) -> torch.Tensor:
     if not t.is_cuda or t.dtype != torch.float32:
         raise TypeError(f"{name} must be a float32 CUDA tensor, got {t.dtype} on {t.device}")
@@ -39,6 +39,10 @@ class ModelNew(nn.Module):
         super().__init__()
 
     def forward(self, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+        if _TRANSPOSED[0]:
+            A = A.t()  # the problem multiplies A.T (made contiguous below: one copy, then the same kernel)
+        if _TRANSPOSED[1]:
+            B = B.t()
         A, B = _as_cuda_f32(A, "A"), _as_cuda_f32(B, "B")
         if A.dim() == 2 and B.dim() == 2 and A.shape[1] == B.shape[0]:
             batch, (M, K), N = 1, A.shape, B.shape[1]

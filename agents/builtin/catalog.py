@@ -357,6 +357,7 @@ TEMPLATES: dict[str, Template] = {
             templates_cpu.render_matmul,
             _matmul_cpu_text,
             valid=_matmul_cpu_valid,
+            extras=("spec",),  # which operands the problem transposes
         ),
         Template(
             "softmax_cuda_block",
@@ -427,6 +428,7 @@ TEMPLATES: dict[str, Template] = {
             templates_cuda.render_matmul,
             _matmul_cuda_text,
             valid=_matmul_cuda_valid,
+            extras=("spec",),  # which operands the problem transposes
         ),
         Template(
             "softmax_cuda_cluster",
@@ -494,6 +496,7 @@ TEMPLATES: dict[str, Template] = {
             templates_cuda_mma.render_matmul_mma,
             _matmul_mma_text,
             valid=templates_cuda_mma.valid,
+            extras=("spec",),  # which operands the problem transposes
             irrelevant=lambda p: ("promote",) if p["split"] == 1 else (),
             runs_on=lambda p, s: s.m % p["bm"] == 0 and s.n % p["bn"] == 0 and s.k % p["bk"] == 0,
             policies=("relaxed",),

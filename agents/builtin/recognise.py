@@ -1,7 +1,8 @@
 """Which builtin family a problem belongs to, and the shape facts the catalog plans with.
 
 The family comes from the aten ops the reference runs (``ProblemInfo.aten_ops``): exactly one
-``aten._softmax``, ``aten.native_layer_norm``, ``aten.mm`` or ``aten.bmm`` and nothing else, on fp32
+``aten._softmax``, ``aten.native_layer_norm``, ``aten.mm`` or ``aten.bmm`` and nothing else (but transposes of
+the inputs ``aten.mm`` multiplies: ``Shape.spec`` says which), on fp32
 tensors whose shapes fit the family, and a constructor the templates reproduce (no arguments, or the
 normalized_shape of a LayerNorm). The op's own arguments (softmax dim, LayerNorm eps) are not in
 ``ProblemInfo``; when the problem file is readable they are read from one forward pass on meta tensors,
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,6 +108,12 @@ def analyse(info: ProblemInfo) -> Shape | None:
         family, spec, facts = fused
         return Shape(family, spec=spec, **facts)
     ops = dict(info.aten_ops)
+    transposed = (False, False)
+    if len(ops) > 1 and ops.get("aten.mm.default") == 1:
+        found = _transposed_operands(info)  # torch.matmul(A.T, B) and the like
+        if found is None:
+            return None
+        transposed, ops = found, {"aten.mm.default": 1}
     if len(ops) != 1:
         return None
     ((op, count),) = ops.items()
@@ -123,7 +131,52 @@ def analyse(info: ProblemInfo) -> Shape | None:
         return _softmax(info, tensors, out, init, "log_softmax" if op == "aten._log_softmax.default" else "")
     if family == "layernorm":
         return _layernorm(info, tensors, out, init)
-    return _matmul(op, tensors, out, init)
+    return _matmul(op, tensors, out, init, transposed)
+
+
+_TRANSPOSES = {"aten.permute.default", "aten.t.default", "aten.transpose.int"}
+
+
+def _transposed_operands(info: ProblemInfo) -> tuple[bool, bool] | None:
+    """Which of the two 2-D inputs ``aten.mm`` multiplies transposed, when the reference transposes them and does
+    nothing else (``torch.matmul(A.T, B)``, ``A @ B.t()``, ``torch.mm(A.transpose(0, 1), B.T)``); else None."""
+    from agents.builtin.recognise_reduce import Ref, trace
+
+    if set(info.aten_ops) - {"aten.mm.default"} - _TRANSPOSES:
+        return None
+    tr = trace(info.path, info.sha256)
+    if tr is None or len(tr.outputs) != 1 or not tr.nodes or tr.nodes[-1].op != "aten.mm.default":
+        return None
+    *transposes, mm = tr.nodes
+    flipped: dict[int, int] = {}  # transpose node -> the input it transposes
+    for i, node in enumerate(transposes):
+        x = node.args[0] if node.args else None
+        if not (isinstance(x, Ref) and x.kind == "input" and len(x.shape) == 2) or not _swaps(node):
+            return None
+        flipped[i] = x.key
+    out = tr.outputs[0]
+    if not (isinstance(out, Ref) and out.kind == "node" and out.key == (len(tr.nodes) - 1, 0)) or len(mm.args) != 2:
+        return None
+    transposed = []
+    for position, a in enumerate(mm.args):  # mm(A or A.T, B or B.T): input 0 first, input 1 second
+        if isinstance(a, Ref) and a.kind == "input" and a.key == position:
+            transposed.append(False)
+        elif isinstance(a, Ref) and a.kind == "node" and a.key[1] == 0 and flipped.get(a.key[0]) == position:
+            transposed.append(True)
+        else:
+            return None
+    if sum(transposed) != len(transposes):
+        return None  # a transpose whose result the product does not use
+    return transposed[0], transposed[1]
+
+
+def _swaps(node: Any) -> bool:
+    """Is ``node`` (on a 2-D tensor) a swap of its two dims?"""
+    if node.op == "aten.t.default":
+        return len(node.args) == 1
+    if node.op == "aten.permute.default":
+        return len(node.args) == 2 and [d % 2 for d in node.args[1]] == [1, 0]
+    return len(node.args) == 3 and sorted(d % 2 for d in node.args[1:]) == [0, 1]  # transpose.int(x, d0, d1)
 
 
 def _softmax(info: ProblemInfo, tensors: list[TensorSpec], out: list[int], init: Any, op: str = "") -> Shape | None:
@@ -161,12 +214,19 @@ def _layernorm(info: ProblemInfo, tensors: list[TensorSpec], out: list[int], ini
     return Shape("layernorm", rows=math.prod(out) // cols if cols else 0, cols=cols, eps=eps)
 
 
-def _matmul(op: str, tensors: list[TensorSpec], out: list[int], init: Any) -> Shape | None:
+def _matmul(
+    op: str, tensors: list[TensorSpec], out: list[int], init: Any, transposed: tuple[bool, bool] = (False, False)
+) -> Shape | None:
     if init != [] or len(tensors) != 2:
         return None
     a, b = tensors[0].shape, tensors[1].shape
+    if any(transposed):  # the product's operands: the inputs as the reference transposed them
+        a, b = (a[::-1] if transposed[0] else a), (b[::-1] if transposed[1] else b)
+        spec = json.dumps({"transposed": list(transposed)})
+    else:
+        spec = ""
     if op == "aten.mm.default" and len(a) == 2 and len(b) == 2 and a[1] == b[0] and out == [a[0], b[1]]:
-        return Shape("matmul", batch=1, m=a[0], k=a[1], n=b[1])
+        return Shape("matmul", batch=1, m=a[0], k=a[1], n=b[1], spec=spec)
     if (
         op == "aten.bmm.default"
         and len(a) == 3

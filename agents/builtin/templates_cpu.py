@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.builtin._text import LAYERNORM_MODULE, c_bool, c_params, fill, params_text, wrap
+from agents.builtin._text import LAYERNORM_MODULE, c_bool, c_params, fill, params_text, transposed, wrap
 
 C_FLAGS = '("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast", "-fopenmp")'
 
@@ -884,6 +884,7 @@ _lib = _bind()
 _matmul, _workspace_floats = _lib.matmul, _lib.workspace_floats
 _THREADS = _lib.max_threads()
 _F32 = torch.float32
+_TRANSPOSED = @TRANSPOSED@  # (A, B): multiplied as the problem's A.T / B.T
 
 
 class ModelNew(nn.Module):
@@ -896,6 +897,10 @@ class ModelNew(nn.Module):
     def forward(self, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
         if A.dtype != _F32 or B.dtype != _F32 or not (A.is_cpu and B.is_cpu):
             raise TypeError("A and B must be float32 CPU tensors")
+        if _TRANSPOSED[0]:
+            A = A.t()  # the problem multiplies A.T (made contiguous below: one copy, then the same kernel)
+        if _TRANSPOSED[1]:
+            B = B.t()
         sa, sb = A.shape, B.shape
         if len(sa) == 2 and len(sb) == 2 and sa[1] == sb[0]:
             batch, M, K, N = 1, sa[0], sa[1], sb[1]
@@ -938,6 +943,7 @@ def render_matmul(params: dict[str, Any], summary: str) -> str:
         C_SRC=c_src,
         IMPORTS=imports_block(params["binding"]),
         BINDING=binding_block("matmul_cpu", signatures, params["binding"]),
+        TRANSPOSED=transposed(params),
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.builtin._text import LAYERNORM_MODULE, c_bool, c_params, fill, params_text, wrap
+from agents.builtin._text import LAYERNORM_MODULE, c_bool, c_params, fill, params_text, transposed, wrap
 from agents.builtin.candidate_python import MATMUL_OPERANDS_PY, SOFTMAX_ROWS_PY
 
 # ----------------------------------------------------------------------------------------- softmax
@@ -728,6 +728,7 @@ _MODULE = cupy.RawModule(code=CUDA_SRC, options=("-std=c++17",))
 @FUNCTION_PY@
 _BM, _BN, _THREADS = @BM@, @BN@, @THREADS@
 _INT_MAX = 2**31 - 1
+_TRANSPOSED = @TRANSPOSED@  # (A, B): multiplied as the problem's A.T / B.T
 
 
 '''
@@ -758,6 +759,7 @@ def render_matmul(params: dict[str, Any], summary: str) -> str:
         BM=bm,
         BN=bn,
         THREADS=(bm // tm) * (bn // tn),
+        TRANSPOSED=transposed(params),
     )
 
 

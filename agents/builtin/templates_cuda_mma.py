@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.builtin._text import c_bool, c_params, fill, params_text, wrap
+from agents.builtin._text import c_bool, c_params, fill, params_text, transposed, wrap
 from agents.builtin.candidate_python import MATMUL_OPERANDS_PY
 
 MATMUL_MMA_CU = c_params(r"""
@@ -225,6 +225,7 @@ import torch.nn as nn
 CUDA_SRC = r"""@CUDA_SRC@"""
 
 _BM, _BN, _BK, _THREADS, _SMEM = @BM@, @BN@, @BK@, @THREADS@, @SMEM@
+_TRANSPOSED = @TRANSPOSED@  # (A, B): multiplied as the problem's A.T / B.T
 _KERNEL = cupy.RawKernel(CUDA_SRC, "matmul_mma", options=("-std=c++17",))
 @STREAM_PY@
 _KERNEL.max_dynamic_shared_size_bytes = _SMEM
@@ -299,4 +300,5 @@ def render_matmul_mma(params: dict[str, Any], summary: str) -> str:
         BK=params["bk"],
         THREADS=threads(params),
         SMEM=smem_bytes(params),
+        TRANSPOSED=transposed(params),
     )
