@@ -116,6 +116,15 @@ def test_a_matmul_of_transposed_inputs_is_a_matmul(forward: str, tmp_path: Path)
         assert ideas and all(i.params["spec"] == s.spec for i in ideas)
 
 
+def test_a_tensor_times_a_matrix_is_a_matmul_of_its_flattened_rows(tmp_path: Path) -> None:
+    three = builtin.analyse(write_matmul(tmp_path, "three", "torch.matmul(A, B)", (4, 10, 72), (72, 56)))
+    four = builtin.analyse(write_matmul(tmp_path, "four", "A @ B", (2, 3, 5, 72), (72, 56)))
+    assert (three.family, three.batch, three.m, three.k, three.n, three.spec) == ("matmul", 1, 40, 72, 56, "")
+    assert (four.m, four.k, four.n) == (30, 72, 56)
+    # The matrix first: torch broadcasts it over the batch (a bmm), which the wrappers do not take.
+    assert builtin.analyse(write_matmul(tmp_path, "matrix_first", "B.T @ A", (4, 72, 10), (72, 56))) is None
+
+
 def test_other_transposes_around_a_matmul_are_refused(tmp_path: Path) -> None:
     gram = write_matmul(tmp_path, "gram", "A.T @ A + 0 * B", (72, 40), (40, 40))  # A twice, and a tail
     swapped = write_matmul(tmp_path, "swapped", "torch.matmul(B.T, A)", (72, 40), (72, 56))  # input 1 first
@@ -340,9 +349,12 @@ def assert_correct(
     return ev.result.correctness
 
 
-def test_cpu_matmuls_of_transposed_inputs_are_correct_in_the_sandbox(tmp_path: Path, sandbox: LocalSandbox) -> None:
-    for k, forward in enumerate(sorted(TRANSPOSED)):
-        a, b, _ = TRANSPOSED[forward]
+def test_cpu_matmuls_of_transposed_and_n_d_inputs_are_correct_in_the_sandbox(
+    tmp_path: Path, sandbox: LocalSandbox
+) -> None:
+    cases = [(forward, a, b) for forward, (a, b, _) in sorted(TRANSPOSED.items())]
+    cases.append(("torch.matmul(A, B)", (4, 10, 72), (72, 56)))  # a 3-D tensor times a matrix
+    for k, (forward, a, b) in enumerate(cases):
         write_matmul(tmp_path, f"transposed_{k}", forward, a, b)
         problem = load_problem(tmp_path / f"transposed_{k}.py")
         idea = builtin.propose(problem.info, "cpu", 1, [], None)[0]
@@ -403,10 +415,12 @@ def test_every_cuda_template_is_correct_on_the_gpu(template: str, sandbox: Local
 
 
 @pytest.mark.gpu
-def test_cuda_matmuls_of_transposed_inputs_are_correct(tmp_path: Path, sandbox: LocalSandbox) -> None:
+def test_cuda_matmuls_of_transposed_and_n_d_inputs_are_correct(tmp_path: Path, sandbox: LocalSandbox) -> None:
     write_matmul(tmp_path, "both", "torch.matmul(A.T, B.T)", (128, 256), (384, 128))  # (256 x 128) @ (128 x 384)
-    problem = load_problem(tmp_path / "both.py")
-    shape = builtin.analyse(problem.info)
-    for template in ("matmul_cuda_tiled", "matmul_cuda_mma"):
-        t = TEMPLATES[template]
-        assert_correct(problem, template, t.normalise({**t.defaults(), **shape.extras()}), "cuda", sandbox)
+    write_matmul(tmp_path, "three_d", "torch.matmul(A, B)", (2, 128, 128), (128, 384))  # (256 x 128) @ (128 x 384)
+    for name in ("both", "three_d"):
+        problem = load_problem(tmp_path / f"{name}.py")
+        shape = builtin.analyse(problem.info)
+        for template in ("matmul_cuda_tiled", "matmul_cuda_mma"):
+            t = TEMPLATES[template]
+            assert_correct(problem, template, t.normalise({**t.defaults(), **shape.extras()}), "cuda", sandbox)

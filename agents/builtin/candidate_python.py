@@ -51,6 +51,10 @@ class ModelNew(nn.Module):
             batch, M, K = A.shape
             N = B.shape[2]
             out_shape = (batch, M, N)
+        elif A.dim() > 2 and B.dim() == 2 and A.shape[-1] == B.shape[0]:  # (..., K) @ (K, N), as torch.matmul
+            batch, M, K, N = 1, A.shape[:-1].numel(), A.shape[-1], B.shape[1]
+            out_shape = (*A.shape[:-1], N)
+            A = A.view(M, K)
         else:
             raise ValueError(f"cannot multiply {tuple(A.shape)} by {tuple(B.shape)}")'''
 

@@ -108,6 +108,8 @@ def analyse(info: ProblemInfo) -> Shape | None:
         family, spec, facts = fused
         return Shape(family, spec=spec, **facts)
     ops = dict(info.aten_ops)
+    if ops == {"aten.view.default": 1, "aten.mm.default": 1, "aten._unsafe_view.default": 1}:
+        return _flattened_matmul(info)  # torch.matmul of an N-D tensor by a matrix
     transposed = (False, False)
     if len(ops) > 1 and ops.get("aten.mm.default") == 1:
         found = _transposed_operands(info)  # torch.matmul(A.T, B) and the like
@@ -132,6 +134,37 @@ def analyse(info: ProblemInfo) -> Shape | None:
     if family == "layernorm":
         return _layernorm(info, tensors, out, init)
     return _matmul(op, tensors, out, init, transposed)
+
+
+def _flattened_matmul(info: ProblemInfo) -> Shape | None:
+    """``torch.matmul(A, B)`` with A of 3 or more dims and B a matrix, which torch runs as one ``aten.mm`` of A's
+    leading dims flattened: a matmul of M = prod(A.shape[:-1]) rows (the wrappers take such an A as it is)."""
+    from agents.builtin.recognise_reduce import Ref, trace
+
+    tensors = [s for s in info.inputs if isinstance(s, TensorSpec)]
+    if len(tensors) != 2 or len(info.inputs) != 2 or len(info.outputs) != 1 or _literal(info.init_inputs) != []:
+        return None
+    if any(t.dtype != "float32" for t in [*tensors, *info.outputs]):
+        return None
+    (*lead, k), b = tensors[0].shape, tensors[1].shape
+    if len(lead) < 2 or len(b) != 2 or b[0] != k or info.outputs[0].shape != [*lead, b[1]]:
+        return None
+    tr = trace(info.path, info.sha256)
+    if tr is None or [n.op for n in tr.nodes] != ["aten.view.default", "aten.mm.default", "aten._unsafe_view.default"]:
+        return None
+    view, mm, _ = tr.nodes
+    a = view.args[0] if view.args else None
+    if not (isinstance(a, Ref) and a.kind == "input" and a.key == 0) or len(mm.args) != 2:
+        return None
+    x, w = mm.args
+    if not (isinstance(x, Ref) and x.kind == "node" and x.key == (0, 0)):
+        return None
+    if not (isinstance(w, Ref) and w.kind == "input" and w.key == 1):
+        return None
+    out = tr.outputs[0] if len(tr.outputs) == 1 else None
+    if not (isinstance(out, Ref) and out.kind == "node" and out.key == (2, 0)):
+        return None
+    return Shape("matmul", batch=1, m=math.prod(lead), k=k, n=b[1])
 
 
 _TRANSPOSES = {"aten.permute.default", "aten.t.default", "aten.transpose.int"}

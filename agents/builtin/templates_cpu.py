@@ -871,7 +871,7 @@ MATMUL_PY = r'''"""Builtin candidate `matmul_cpu` (agents.builtin).
 
 Parameters: @PARAMS@.
 
-C = A @ B for 2-D fp32 tensors (or 3-D with a common batch dim, as bmm),
+C = A @ B for 2-D fp32 tensors (or 3-D with a common batch dim, as bmm, or N-D by 2-D, as torch.matmul),
 fp32 accumulation, any sizes.
 """
 
@@ -908,6 +908,9 @@ class ModelNew(nn.Module):
         elif len(sa) == 3 and len(sb) == 3 and sa[0] == sb[0] and sa[2] == sb[1]:
             batch, M, K, N = sa[0], sa[1], sa[2], sb[2]
             out_shape = (batch, M, N)
+        elif len(sa) > 2 and len(sb) == 2 and sa[-1] == sb[0]:  # (..., K) @ (K, N), as torch.matmul
+            batch, M, K, N = 1, sa[:-1].numel(), sa[-1], sb[1]
+            out_shape = (*sa[:-1], N)
         else:
             raise ValueError(f"cannot multiply {tuple(sa)} by {tuple(sb)}")
         A, B = A.contiguous(), B.contiguous()

@@ -714,7 +714,8 @@ MATMUL_PY = (
 
 Parameters: @PARAMS@.
 
-C = A @ B for 2-D fp32 CUDA tensors (or 3-D with a common batch dim, as bmm), fp32 accumulation.
+C = A @ B for 2-D fp32 CUDA tensors (or 3-D with a common batch dim, as bmm, or N-D by 2-D, as torch.matmul),
+fp32 accumulation.
 """
 
 import cupy

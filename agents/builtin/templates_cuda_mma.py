@@ -214,8 +214,8 @@ MATMUL_MMA_PY = (
 
 Parameters: @PARAMS@.
 
-C = A @ B for 2-D fp32 CUDA tensors (or 3-D with a common batch dim, as bmm): M a multiple of @BM@, N of @BN@,
-K of @BK@.
+C = A @ B for 2-D fp32 CUDA tensors (or 3-D with a common batch dim, as bmm, or N-D by 2-D, as torch.matmul):
+M a multiple of @BM@, N of @BN@, K of @BK@.
 """
 
 import cupy
