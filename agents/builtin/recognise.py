@@ -2,9 +2,9 @@
 
 The family comes from the aten ops the reference runs (``ProblemInfo.aten_ops``): exactly one
 ``aten._softmax``, ``aten.native_layer_norm``, ``aten.mm`` or ``aten.bmm`` and nothing else (but transposes of
-the inputs ``aten.mm`` multiplies: ``Shape.spec`` says which), on fp32
-tensors whose shapes fit the family, and a constructor the templates reproduce (no arguments, or the
-normalized_shape of a LayerNorm). The op's own arguments (softmax dim, LayerNorm eps) are not in
+the inputs ``aten.mm`` multiplies, ``Shape.spec`` says which, or the views of ``torch.matmul`` of an N-D tensor
+by a matrix), on fp32 tensors whose shapes fit the family, and a constructor the templates reproduce (no
+arguments, or the normalized_shape of a LayerNorm). The op's own arguments (softmax dim, LayerNorm eps) are not in
 ``ProblemInfo``; when the problem file is readable they are read from one forward pass on meta tensors,
 and a softmax over any dim but the last is not recognised. ``aten._log_softmax`` is the softmax family with
 ``Shape.op == "log_softmax"``. Reductions over one dim ("reduce"), RMSNorm and L1/L2 normalisation (the
@@ -108,10 +108,12 @@ def analyse(info: ProblemInfo) -> Shape | None:
         family, spec, facts = fused
         return Shape(family, spec=spec, **facts)
     ops = dict(info.aten_ops)
-    if ops == {"aten.view.default": 1, "aten.mm.default": 1, "aten._unsafe_view.default": 1}:
-        return _flattened_matmul(info)  # torch.matmul of an N-D tensor by a matrix
-    transposed = (False, False)
-    if len(ops) > 1 and ops.get("aten.mm.default") == 1:
+    transposed, flattened = (False, False), False
+    if ops == _FLATTENED_MM:
+        if not _flattened_matmul(info):
+            return None
+        flattened, ops = True, {"aten.mm.default": 1}
+    elif len(ops) > 1 and ops.get("aten.mm.default") == 1:
         found = _transposed_operands(info)  # torch.matmul(A.T, B) and the like
         if found is None:
             return None
@@ -133,38 +135,37 @@ def analyse(info: ProblemInfo) -> Shape | None:
         return _softmax(info, tensors, out, init, "log_softmax" if op == "aten._log_softmax.default" else "")
     if family == "layernorm":
         return _layernorm(info, tensors, out, init)
-    return _matmul(op, tensors, out, init, transposed)
+    return _matmul(op, tensors, out, init, transposed, flattened)
 
 
-def _flattened_matmul(info: ProblemInfo) -> Shape | None:
-    """``torch.matmul(A, B)`` with A of 3 or more dims and B a matrix, which torch runs as one ``aten.mm`` of A's
-    leading dims flattened: a matmul of M = prod(A.shape[:-1]) rows (the wrappers take such an A as it is)."""
-    from agents.builtin.recognise_reduce import Ref, trace
+# torch.matmul of an N-D tensor by a matrix runs as one aten.mm of the tensor's leading dims flattened.
+_FLATTENED_MM = {"aten.view.default": 1, "aten.mm.default": 1, "aten._unsafe_view.default": 1}
 
-    tensors = [s for s in info.inputs if isinstance(s, TensorSpec)]
-    if len(tensors) != 2 or len(info.inputs) != 2 or len(info.outputs) != 1 or _literal(info.init_inputs) != []:
-        return None
-    if any(t.dtype != "float32" for t in [*tensors, *info.outputs]):
-        return None
-    (*lead, k), b = tensors[0].shape, tensors[1].shape
-    if len(lead) < 2 or len(b) != 2 or b[0] != k or info.outputs[0].shape != [*lead, b[1]]:
-        return None
+
+def _ref_is(a: Any, kind: str, key: Any) -> bool:
+    """Is the traced argument ``a`` the input ``key`` (kind "input") or node ``key``'s output (kind "node")?"""
+    from agents.builtin.recognise_reduce import Ref
+
+    return isinstance(a, Ref) and a.kind == kind and a.key == key
+
+
+def _flattened_matmul(info: ProblemInfo) -> bool:
+    """Do the reference's ops (``_FLATTENED_MM``) flatten input 0, multiply it by input 1 and give that back?"""
+    from agents.builtin.recognise_reduce import trace
+
     tr = trace(info.path, info.sha256)
-    if tr is None or [n.op for n in tr.nodes] != ["aten.view.default", "aten.mm.default", "aten._unsafe_view.default"]:
-        return None
-    view, mm, _ = tr.nodes
-    a = view.args[0] if view.args else None
-    if not (isinstance(a, Ref) and a.kind == "input" and a.key == 0) or len(mm.args) != 2:
-        return None
-    x, w = mm.args
-    if not (isinstance(x, Ref) and x.kind == "node" and x.key == (0, 0)):
-        return None
-    if not (isinstance(w, Ref) and w.kind == "input" and w.key == 1):
-        return None
-    out = tr.outputs[0] if len(tr.outputs) == 1 else None
-    if not (isinstance(out, Ref) and out.kind == "node" and out.key == (2, 0)):
-        return None
-    return Shape("matmul", batch=1, m=math.prod(lead), k=k, n=b[1])
+    if tr is None or len(tr.outputs) != 1 or [n.op for n in tr.nodes] != list(_FLATTENED_MM):
+        return False
+    view, mm, unview = tr.nodes
+    return (
+        bool(view.args and unview.args)
+        and _ref_is(view.args[0], "input", 0)
+        and len(mm.args) == 2
+        and _ref_is(mm.args[0], "node", (0, 0))
+        and _ref_is(mm.args[1], "input", 1)
+        and _ref_is(unview.args[0], "node", (1, 0))
+        and _ref_is(tr.outputs[0], "node", (2, 0))
+    )
 
 
 _TRANSPOSES = {"aten.permute.default", "aten.t.default", "aten.transpose.int"}
@@ -173,7 +174,7 @@ _TRANSPOSES = {"aten.permute.default", "aten.t.default", "aten.transpose.int"}
 def _transposed_operands(info: ProblemInfo) -> tuple[bool, bool] | None:
     """Which of the two 2-D inputs ``aten.mm`` multiplies transposed, when the reference transposes them and does
     nothing else (``torch.matmul(A.T, B)``, ``A @ B.t()``, ``torch.mm(A.transpose(0, 1), B.T)``); else None."""
-    from agents.builtin.recognise_reduce import Ref, trace
+    from agents.builtin.recognise_reduce import trace
 
     if set(info.aten_ops) - {"aten.mm.default"} - _TRANSPOSES:
         return None
@@ -184,17 +185,16 @@ def _transposed_operands(info: ProblemInfo) -> tuple[bool, bool] | None:
     flipped: dict[int, int] = {}  # transpose node -> the input it transposes
     for i, node in enumerate(transposes):
         x = node.args[0] if node.args else None
-        if not (isinstance(x, Ref) and x.kind == "input" and len(x.shape) == 2) or not _swaps(node):
+        if not any(_ref_is(x, "input", j) for j in (0, 1)) or len(x.shape) != 2 or not _swaps(node):
             return None
         flipped[i] = x.key
-    out = tr.outputs[0]
-    if not (isinstance(out, Ref) and out.kind == "node" and out.key == (len(tr.nodes) - 1, 0)) or len(mm.args) != 2:
+    if not _ref_is(tr.outputs[0], "node", (len(tr.nodes) - 1, 0)) or len(mm.args) != 2:
         return None
     transposed = []
     for position, a in enumerate(mm.args):  # mm(A or A.T, B or B.T): input 0 first, input 1 second
-        if isinstance(a, Ref) and a.kind == "input" and a.key == position:
+        if _ref_is(a, "input", position):
             transposed.append(False)
-        elif isinstance(a, Ref) and a.kind == "node" and a.key[1] == 0 and flipped.get(a.key[0]) == position:
+        elif any(_ref_is(a, "node", (i, 0)) for i, j in flipped.items() if j == position):
             transposed.append(True)
         else:
             return None
@@ -248,11 +248,20 @@ def _layernorm(info: ProblemInfo, tensors: list[TensorSpec], out: list[int], ini
 
 
 def _matmul(
-    op: str, tensors: list[TensorSpec], out: list[int], init: Any, transposed: tuple[bool, bool] = (False, False)
+    op: str,
+    tensors: list[TensorSpec],
+    out: list[int],
+    init: Any,
+    transposed: tuple[bool, bool] = (False, False),
+    flattened: bool = False,
 ) -> Shape | None:
     if init != [] or len(tensors) != 2:
         return None
     a, b = tensors[0].shape, tensors[1].shape
+    if flattened:  # A (..., K) and the output (..., N) as the rows aten.mm multiplied
+        if len(a) < 3 or len(out) != len(a):
+            return None
+        a, out = [math.prod(a[:-1]), a[-1]], [math.prod(out[:-1]), out[-1]]
     if any(transposed):  # the product's operands: the inputs as the reference transposed them
         a, b = (a[::-1] if transposed[0] else a), (b[::-1] if transposed[1] else b)
         spec = json.dumps({"transposed": list(transposed)})
