@@ -38,9 +38,9 @@ VARIANTS: dict[str, tuple[int, list[tuple[str, dict]]]] = {
     "layernorm_16x64x256x256": (
         (2 * 16 + 2) * 64 * 256 * 256 * 4,
         [
-            ("layernorm_cuda_persistent", {"block": 1024, "per_sm": 1, "items": 8, "staging": "pair"}),
-            ("layernorm_cuda_persistent", {"block": 512, "per_sm": 2, "items": 8, "staging": "pair"}),
-            ("layernorm_cuda_persistent", {"block": 1024, "per_sm": 1, "items": 8, "staging": "next_row"}),
+            ("layernorm_cuda_persistent", {"block": 512, "per_sm": 1, "items": 16, "unroll": 4, "stage": 8}),
+            ("layernorm_cuda_persistent", {"block": 512, "per_sm": 1, "items": 16, "unroll": 4, "stage": 0}),
+            ("layernorm_cuda_wide", {"block": 512, "split": 32, "unroll": 2, "rows_per_block": 16}),
             ("layernorm_cuda_split", {"block": 256, "split": 64}),
         ],
     ),

@@ -144,14 +144,24 @@ def test_a_non_default_layernorm_eps_is_carried_into_the_candidates(tmp_path: Pa
             assert "EPS = 0.001" in builtin.render(idea.template, idea.params, device)
 
 
-def test_few_long_layernorm_rows_start_from_the_wide_kernel_as_the_h200_sweep_chose(tmp_path: Path) -> None:
-    first, second = seeds(builtin.analyse(info("layernorm_16x64x256x256")), "cuda")[:2]
-    assert first == ("layernorm_cuda_wide", {"block": 512, "split": 32, "unroll": 2, "rows_per_block": 16})
-    assert second == ("layernorm_cuda_wide", {"block": 1024, "split": 64, "unroll": 1, "rows_per_block": 8})
+def test_few_long_layernorm_rows_start_from_the_persistent_and_wide_kernels_as_the_h200_sweeps_chose(
+    tmp_path: Path,
+) -> None:
+    first, second, third, fourth = seeds(builtin.analyse(info("layernorm_16x64x256x256")), "cuda")[:4]
+    # 4 Mi-element rows: 16 float4 a thread of 512 threads on each of 132 SMs hold a row's chunk.
+    assert first == ("layernorm_cuda_persistent", {"block": 512, "per_sm": 1, "items": 16, "unroll": 4, "stage": 8})
+    assert second == ("layernorm_cuda_wide", {"block": 512, "split": 32, "unroll": 2, "rows_per_block": 16})
+    assert third == ("layernorm_cuda_wide", {"block": 1024, "split": 64, "unroll": 1, "rows_per_block": 8})
+    assert fourth == ("layernorm_cuda_persistent", {"block": 1024, "per_sm": 1, "items": 8, "unroll": 2, "stage": 2})
+    half = load_problem(PROBLEMS / "suite" / "layernorm_32x1024x2048.py").info  # 2 Mi-element rows
+    point = ("layernorm_cuda_persistent", {"block": 512, "per_sm": 1, "items": 8, "unroll": 4, "stage": 4})
+    assert seeds(builtin.analyse(half), "cuda")[0] == point
     # Fewer columns per row: fewer tiles, so fewer rows per block keep ~4 blocks on each SM.
     ln = write_problem(
         tmp_path, "ln_128", "self.ln(x)", "[torch.randn(128, 65536)]", init="[(65536,)]", ctor="normalized_shape"
     )
+    # Rows of 64 Ki elements: a grid-wide wait per row would cost more than reading the row; no persistent seed.
+    assert all(t != "layernorm_cuda_persistent" for t, _ in seeds(builtin.analyse(ln), "cuda"))
     params = seeds(builtin.analyse(ln), "cuda")[0][1]
     tiles = 65536 // (4 * 512 * 2)
     assert params["rows_per_block"] == 2 and tiles * (128 // 4) < 4 * 132 <= tiles * (128 // 2)
@@ -159,7 +169,7 @@ def test_few_long_layernorm_rows_start_from_the_wide_kernel_as_the_h200_sweep_ch
     odd = write_problem(
         tmp_path, "ln_odd", "self.ln(x)", "[torch.randn(16, 65538)]", init="[(65538,)]", ctor="normalized_shape"
     )
-    assert all(t != "layernorm_cuda_wide" for t, _ in seeds(builtin.analyse(odd), "cuda"))
+    assert all(not t.endswith(("_wide", "_persistent")) for t, _ in seeds(builtin.analyse(odd), "cuda"))
 
 
 # --------------------------------------------------------------------------------------- propose

@@ -233,17 +233,16 @@ def _softmax_cluster_text(p: Params) -> str:
 
 
 def _layernorm_persistent_text(p: Params) -> str:
-    held = {
-        "pair": "two whole rows on chip (one in registers, one staged in shared memory), so the weight and bias "
-        "are read once per pair",
-        "next_row": "one whole row on chip in registers, the next staged in shared memory (cp.async) while the "
-        "grid waits",
-        "none": "one whole row on chip in registers",
-    }[p["staging"]]
+    staged = (
+        f", the next row's first {p['stage']} float4 a thread fetched into shared memory over the wait"
+        if p["stage"]
+        else ""
+    )
+    hints = "; L2 hints keep x between its two reads" if p["hints"] else ""
     return (
-        f"a persistent cooperative grid ({p['per_sm']} block(s) of {p['block']} threads per SM, {p['items']} float4 "
-        f"per thread) holds {held}; block statistics merged grid-wide through an arrival counter; x read once, "
-        "y written once"
+        f"a persistent cooperative grid ({p['per_sm']} block(s) of {p['block']} threads per SM) holds the weight "
+        f"(shared memory) and bias (registers, {p['items']} float4 a thread) on chip for the whole call; rows one "
+        f"at a time: block sums merged through an arrival counter, x re-read from L2 to normalise{staged}{hints}"
     )
 
 
@@ -275,6 +274,19 @@ def _matmul_mma_text(p: Params) -> str:
 # --------------------------------------------------------------------------------------- validity
 
 H200_SMS = 132  # the persistent templates size their grid by the GPU's SMs; the planner assumes an H100/H200
+
+
+def _layernorm_persistent_valid(p: Params) -> bool:
+    threads = p["block"] * p["per_sm"]
+    smem = templates_layernorm_cuda.persistent_smem(p)
+    # The bias's chunk lives in registers (4 a float4) beside ~32 of working registers; the weight's chunk and
+    # the staged slots share the SM's 228 KiB of shared memory (1 KiB of it reserved per block).
+    return (
+        threads <= 2048
+        and 4 * p["items"] + 32 <= 65536 // threads
+        and p["stage"] <= p["items"]
+        and p["per_sm"] * (smem + 1024) <= 228 * 1024
+    )
 
 
 def _matmul_cpu_valid(p: Params) -> bool:
@@ -452,15 +464,16 @@ TEMPLATES: dict[str, Template] = {
             "layernorm",
             "cuda",
             (
-                Param("block", (256, 512, 1024), 1024),
-                Param("per_sm", (1, 2, 4), 1),
-                Param("items", (4, 8), 8),
-                Param("staging", ("pair", "next_row", "none"), "pair", structural=True),
+                Param("block", (256, 512, 1024), 512),
+                Param("per_sm", (1, 2), 1),
+                Param("items", (4, 8, 16), 16),
+                Param("unroll", (2, 4), 4),
+                Param("stage", (0, 2, 4, 8), 8),
+                Param("hints", (True, False), True),
             ),
-            templates_cuda_onchip.render_layernorm_persistent,
+            templates_layernorm_cuda.render_layernorm_persistent,
             _layernorm_persistent_text,
-            # The row chunk in registers: 8 float4 per thread needs the whole register file at 1024 threads/SM.
-            valid=lambda p: p["block"] * p["per_sm"] * p["items"] <= 8192 and p["block"] * p["per_sm"] <= 2048,
+            valid=_layernorm_persistent_valid,
             extras=("eps",),
             runs_on=lambda p, s: s.cols % 4 == 0 and s.cols <= H200_SMS * p["per_sm"] * p["block"] * p["items"] * 4,
         ),
@@ -611,15 +624,11 @@ def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
                 ("layernorm_cuda_block", {"block": 256, "stats": "welford"}),
             ]
             if few_long_rows:
-                persistent = [
-                    ("layernorm_cuda_persistent", {"block": 1024, "per_sm": 1, "items": 8, "staging": "pair"}),
-                    ("layernorm_cuda_persistent", {"block": 512, "per_sm": 2, "items": 8, "staging": "pair"}),
-                ]
-                # One whole row must fit on chip: 132 SMs (H100/H200) x 1024 threads x 32 floats.
-                fits = shape.cols % 4 == 0 and shape.cols <= 132 * 1024 * 32
+                persistent = _persistent_layernorm_seeds(shape)
                 return [
+                    *persistent[:1],
                     *_wide_layernorm_seeds(shape),
-                    *(persistent if fits else []),
+                    *persistent[1:],
                     out[2],
                     ("layernorm_cuda_split", {"block": 1024, "split": split}),
                     *out[:2],
@@ -644,6 +653,26 @@ def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
                 return [*mma, *out]
             return out
     return []
+
+
+def _persistent_layernorm_seeds(shape: Shape) -> list[tuple[str, Params]]:
+    """``layernorm_cuda_persistent`` where a row is long enough (>= 1 Mi elements) for its grid-wide wait to be
+    small beside reading it, and fits the grid (132 SMs): blocks of 512 threads with the fewest float4 a thread
+    that hold a row's chunk, half of them staged, as the H200 sweep chose (bench/RESULTS.md); then 1024 threads
+    with half the float4."""
+    if shape.cols % 4 or shape.rows > 64 or shape.cols < 1 << 20:
+        return []
+    fitting = [v for v in (4, 8, 16) if H200_SMS * 512 * v * 4 >= shape.cols]
+    if not fitting:
+        return []
+    items = fitting[0]
+    return [
+        ("layernorm_cuda_persistent", {"block": 512, "per_sm": 1, "items": items, "unroll": 4, "stage": items // 2}),
+        (
+            "layernorm_cuda_persistent",
+            {"block": 1024, "per_sm": 1, "items": max(4, items // 2), "unroll": 2, "stage": 2},
+        ),
+    ]
 
 
 def _wide_layernorm_seeds(shape: Shape) -> list[tuple[str, Params]]:

@@ -1,16 +1,25 @@
-"""``layernorm_cuda_wide``: LayerNorm for a few very long rows in two kernels that move the fewest bytes
-without holding a row on chip.
+"""LayerNorm for a few very long rows, two ways.
 
-Kernel 1 reads x once for the statistics (``split`` blocks per row, shifted sums, ``unroll`` float4 loads in
-flight per thread). Kernel 2 tiles the columns: a block loads its tile of the weight and bias once into
-registers and normalises that tile for a group of ``rows_per_block`` rows, so the weight and bias cross the
-memory system once per group instead of once per row (the split kernel of ``templates_cuda`` reads them once
-per row: 512 MiB of extra L2 traffic on the (16, 64, 256, 256) problem). ``tail_first`` walks each group's
-rows last to first: kernel 1 read the last rows most recently, so they are the ones still in L2 (no gain
-measurable on the H200: bench/RESULTS.md). On that problem the two kernels move 800 MiB at 88% of the copy
-ceiling; going further needs x read once.
+``layernorm_cuda_wide``: two kernels that move the fewest bytes without holding anything on chip. Kernel 1 reads
+x once for the statistics (``split`` blocks per row, shifted sums, ``unroll`` float4 loads in flight per
+thread). Kernel 2 tiles the columns: a block loads its tile of the weight and bias once into registers and
+normalises that tile for a group of ``rows_per_block`` rows, so the weight and bias cross the memory system once
+per group instead of once per row (the split kernel of ``templates_cuda`` reads them once per row: 512 MiB of
+extra L2 traffic on the (16, 64, 256, 256) problem). ``tail_first`` walks each group's rows last to first:
+kernel 1 read the last rows most recently, so they are the ones still in L2 (no gain measurable on the H200:
+bench/RESULTS.md). On that problem the two kernels move 800 MiB at 88% of the copy ceiling.
 
-The kernel source is one raw string literal whose ``#ifndef`` defaults are the chosen parameters, like
+``layernorm_cuda_persistent``: one cooperatively launched grid of ``per_sm`` blocks per SM, each owning one
+contiguous chunk of every row's columns. The weight's chunk stays in shared memory and the bias's in registers
+for the whole call, so they are read from memory once. Rows go one at a time: the blocks add their chunk's
+shifted sums into per-row partials, wait for the row's arrival counter, and normalise their chunk, reading x a
+second time while it is still in L2 (the grid works on one 16 MiB row at a time; with two rows in flight the
+H200's L2 kept too little). L2 eviction hints (``hints``) keep x's first read and drop its last read and y.
+While the grid waits, the first ``stage`` float4 per thread of the next row are already on their way into
+shared memory (cp.async), so the memory system is not idle over the wait. DRAM then sees x once, y once and the
+weight and bias once (ncu: 303 MB read and 243 MB written on (16, 64, 256, 256)).
+
+The kernel sources are raw string literals whose ``#ifndef`` defaults are the chosen parameters, like
 ``templates_cuda``.
 """
 
@@ -18,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.builtin._text import c_bool, c_params, fill, wrap
+from agents.builtin._text import LAYERNORM_MODULE, c_bool, c_params, fill, params_text, wrap
 from agents.builtin.templates_cuda import LAYERNORM_COMMON, layernorm_candidate
 
 LAYERNORM_WIDE_CU = c_params(r"""
@@ -164,3 +173,319 @@ def render_layernorm_wide(params: dict[str, Any], summary: str) -> str:
     )
     launch = fill(_LAUNCH_WIDE, UNROLL=params["unroll"], ROWS=params["rows_per_block"])
     return layernorm_candidate("layernorm_cuda_wide", params, summary, cu, params["split"], launch)
+
+
+LAYERNORM_PERSISTENT_CU = c_params(r"""
+// LayerNorm for a few very long rows: a persistent cooperative grid, the weight and bias held on chip, rows one at
+// a time (statistics, one grid-wide wait, then normalise with x re-read from L2).
+@SUMMARY_C@
+#param BLOCK        // threads per block
+#param PER_SM       // blocks per SM (the register budget is set for it)
+#param ITEMS        // float4 per thread of each row's chunk: the bias's chunk in registers, the weight's in smem
+#param UNROLL       // float4 loads in flight per thread
+#param STAGE        // float4 per thread of the next row fetched into shared memory while the grid waits
+#param HINTS        // L2 eviction hints: keep x's first read, drop its second read and y
+#define WARPS (BLOCK / 32)
+
+__device__ __forceinline__ float2 block_sum2(float s, float q, float2* red)
+{
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        s += __shfl_xor_sync(0xffffffffu, s, off);
+        q += __shfl_xor_sync(0xffffffffu, q, off);
+    }
+    __syncthreads();  // red[] is free again
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = make_float2(s, q);
+    __syncthreads();
+    float ts = 0.0f, tq = 0.0f;
+#pragma unroll
+    for (int i = 0; i < WARPS; ++i) {
+        ts += red[i].x;
+        tq += red[i].y;
+    }
+    return make_float2(ts, tq);
+}
+
+__device__ __forceinline__ unsigned long long l2_policy_keep()
+{
+    unsigned long long p;
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+
+__device__ __forceinline__ unsigned long long l2_policy_drop()
+{
+    unsigned long long p;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+
+__device__ __forceinline__ float4 load_hinted(const float4* a, unsigned long long policy)
+{
+    float4 v;
+    asm("ld.global.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+        : "l"(a), "l"(policy));
+    return v;
+}
+
+__device__ __forceinline__ void store_hinted(float4* a, float4 v, unsigned long long policy)
+{
+    asm volatile("st.global.L2::cache_hint.v4.f32 [%0], {%1, %2, %3, %4}, %5;" ::"l"(a), "f"(v.x), "f"(v.y),
+                 "f"(v.z), "f"(v.w), "l"(policy)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, unsigned long long policy)
+{
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(a), "l"(gmem), "l"(policy)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory"); }
+
+#if HINTS
+#define LOAD_FIRST(p) load_hinted(p, keep)
+#define LOAD_LAST(p) load_hinted(p, drop)
+#define STORE_OUT(p, v) store_hinted(p, v, drop)
+#else
+#define LOAD_FIRST(p) __ldcg(p)
+#define LOAD_LAST(p) __ldcs(p)
+#define STORE_OUT(p, v) __stcs(p, v)
+#endif
+
+// parts: rows x gridDim.x float2 (a block's sums of x - x[row, 0] and of its square; one shift per row, so
+// the partials add). arrived: rows + 1 counters, zero on entry; the kernel leaves them zero for the next call.
+// Every pointer is 16-byte aligned and cols a multiple of 4 (the wrapper sees to it).
+extern "C" __global__ void __launch_bounds__(BLOCK, PER_SM)
+layernorm_persistent(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
+                     float* __restrict__ y, float2* __restrict__ parts, unsigned* __restrict__ arrived, int rows,
+                     long long cols, float eps)
+{
+    extern __shared__ float4 smem[];  // ITEMS * BLOCK float4 of weight, then STAGE * BLOCK of the next row
+    __shared__ float2 red[WARPS];
+    float4* const wsm = smem;
+    float4* const stage = smem + ITEMS * BLOCK;
+    const int G = gridDim.x, tid = threadIdx.x;
+    const long long chunk = ((cols + G - 1) / G + 3) / 4 * 4;
+    const long long begin = min(cols, (long long)blockIdx.x * chunk);
+    const int n4 = (int)((min(cols, begin + chunk) - begin) / 4);  // float4 of this block's chunk
+    const float inv_n = 1.0f / (float)cols;
+    const unsigned long long keep = l2_policy_keep(), drop = l2_policy_drop();
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+
+    float4 bv[ITEMS];
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+        const int j = k * BLOCK + tid;
+        if (j < n4) cp_async16(&wsm[j], reinterpret_cast<const float4*>(w + begin) + j, drop);
+        bv[k] = j < n4 ? __ldg(reinterpret_cast<const float4*>(b + begin) + j) : zero;
+    }
+    cp_async_commit();
+
+    auto prefetch = [&](int r) {
+        const float4* xp = reinterpret_cast<const float4*>(x + (long long)r * cols + begin);
+#pragma unroll
+        for (int k = 0; k < STAGE; ++k) {
+            const int j = k * BLOCK + tid;
+            if (j < n4) cp_async16(&stage[j], xp + j, keep);  // read again from L2 when normalising
+        }
+        cp_async_commit();
+    };
+
+    // This block's partial sums of row r; then it counts itself in.
+    auto statistics = [&](int r, bool staged) {
+        const float* xr = x + (long long)r * cols;
+        const float shift = __ldg(xr);
+        const float4* xp = reinterpret_cast<const float4*>(xr + begin);
+        const float4 pad = make_float4(shift, shift, shift, shift);  // adds nothing once shifted
+        if (staged) cp_async_wait<0>();  // each thread reads back only the slots it fetched
+        float s = 0.0f, q = 0.0f;
+#pragma unroll
+        for (int k0 = 0; k0 < ITEMS; k0 += UNROLL) {
+            float4 v[UNROLL];
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) {
+                const int k = k0 + u, j = k * BLOCK + tid;
+                if (k < STAGE && staged) v[u] = j < n4 ? stage[j] : pad;
+                else v[u] = k < ITEMS && j < n4 ? LOAD_FIRST(xp + j) : pad;
+            }
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) {
+                const float a = v[u].x - shift, c = v[u].y - shift, d = v[u].z - shift, e = v[u].w - shift;
+                s += (a + c) + (d + e);
+                q += (a * a + c * c) + (d * d + e * e);
+            }
+        }
+        const float2 t = block_sum2(s, q, red);
+        if (tid == 0) {
+            parts[(long long)r * G + blockIdx.x] = t;
+            __threadfence();
+            atomicAdd(&arrived[r], 1u);
+        }
+    };
+
+    auto normalise = [&](int r) {
+        const float* xr = x + (long long)r * cols;
+        const float4* xp = reinterpret_cast<const float4*>(xr + begin);
+        float4* yp = reinterpret_cast<float4*>(y + (long long)r * cols + begin);
+        float4 v[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {  // in flight while the grid's partials are awaited
+            const int j = u * BLOCK + tid;
+            if (u < ITEMS && j < n4) v[u] = LOAD_LAST(xp + j);
+        }
+        if (tid == 0) {
+            while (*reinterpret_cast<volatile unsigned*>(&arrived[r]) < (unsigned)G) __nanosleep(32);
+            __threadfence();
+        }
+        __syncthreads();
+        const float2 p = tid < G ? __ldcg(&parts[(long long)r * G + tid]) : make_float2(0.0f, 0.0f);
+        const float2 t = block_sum2(p.x, p.y, red);
+        const float ms = t.x * inv_n;  // mean - shift
+        const float mean = __ldg(xr) + ms;
+        const float rstd = rsqrtf(fmaxf(t.y * inv_n - ms * ms, 0.0f) + eps);  // biased variance
+        if (r == 0) {  // this thread's weight slots have landed (the next row's prefetch may still be in flight)
+            if (STAGE > 0 && rows > 1) cp_async_wait<1>();
+            else cp_async_wait<0>();
+        }
+#pragma unroll
+        for (int k0 = 0; k0 < ITEMS; k0 += UNROLL) {
+            if (k0 > 0) {
+#pragma unroll
+                for (int u = 0; u < UNROLL; ++u) {
+                    const int j = (k0 + u) * BLOCK + tid;
+                    if (k0 + u < ITEMS && j < n4) v[u] = LOAD_LAST(xp + j);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) {
+                const int k = k0 + u, j = k * BLOCK + tid;
+                if (k < ITEMS && j < n4) {
+                    const float4 g = wsm[j];
+                    float4 o;
+                    o.x = fmaf((v[u].x - mean) * rstd, g.x, bv[k].x);
+                    o.y = fmaf((v[u].y - mean) * rstd, g.y, bv[k].y);
+                    o.z = fmaf((v[u].z - mean) * rstd, g.z, bv[k].z);
+                    o.w = fmaf((v[u].w - mean) * rstd, g.w, bv[k].w);
+                    STORE_OUT(yp + j, o);
+                }
+            }
+        }
+    };
+
+    statistics(0, false);
+    for (int r = 0; r < rows; ++r) {
+        if (STAGE > 0 && r + 1 < rows) prefetch(r + 1);
+        normalise(r);
+        if (r + 1 < rows) statistics(r + 1, STAGE > 0);
+    }
+    // Every block is past its last wait: the last one here zeroes the counters for the next call on this stream.
+    if (tid == 0) {
+        __threadfence();
+        if (atomicAdd(&arrived[rows], 1u) == (unsigned)G - 1) {
+            for (int r = 0; r <= rows; ++r) arrived[r] = 0;
+        }
+    }
+}
+""")
+
+LAYERNORM_PERSISTENT_PY = r'''"""Builtin candidate `layernorm_cuda_persistent` (agents.builtin).
+
+@SUMMARY_DOC@
+
+Parameters: @PARAMS@.
+
+A row is the trailing prod(normalized_shape) elements; y = (x - mean) / sqrt(var + eps) * weight + bias
+with the biased variance, like nn.LayerNorm. Rows of up to (SMs x @PER_SM@ x @CHUNK@) elements, a multiple of 4.
+"""
+
+import math
+
+import cupy
+import torch
+import torch.nn as nn
+
+CUDA_SRC = r"""@CUDA_SRC@"""
+
+_THREADS, _PER_SM, _CHUNK, _SMEM = @BLOCK@, @PER_SM@, @CHUNK@, @SMEM@
+EPS = @EPS@
+# Cooperative launch: the driver refuses a grid that cannot be resident at once, so the grid-wide wait is safe.
+_KERNEL = cupy.RawKernel(CUDA_SRC, "layernorm_persistent", options=("-std=c++17",), enable_cooperative_groups=True)
+if _SMEM > 48 * 1024:
+    _KERNEL.max_dynamic_shared_size_bytes = _SMEM
+@STREAM_PY@
+_SCRATCH = {}
+
+
+def _scratch(device: torch.device, rows: int, grid: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The partial sums and the arrival counters for calls on this stream. The kernel leaves the counters
+    zero, and calls on one stream run one after another, so they are zeroed once, when made."""
+    key = (device.index, torch._C._cuda_getCurrentRawStream(device.index))
+    have = _SCRATCH.get(key)
+    if have is None or have[1].numel() < rows + 1 or have[0].numel() < 2 * rows * grid:
+        parts = torch.empty(2 * rows * grid, dtype=torch.float32, device=device)
+        have = _SCRATCH[key] = (parts, torch.zeros(rows + 1, dtype=torch.int32, device=device))
+    return have
+
+
+@LAYERNORM_MODULE@
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not x.is_cuda or x.dtype != torch.float32:
+            raise TypeError(f"x must be a float32 CUDA tensor, got {x.dtype} on {x.device}")
+        k = len(self.normalized_shape)
+        if tuple(x.shape[x.dim() - k :]) != self.normalized_shape:
+            raise ValueError(f"input {tuple(x.shape)} does not end in {self.normalized_shape}")
+        x = x.contiguous()
+        if x.data_ptr() % 16:
+            x = x.clone()  # a fresh allocation is aligned; the kernel reads float4
+        weight, bias = self.ln.weight.detach().contiguous(), self.ln.bias.detach().contiguous()
+        y = torch.empty_like(x)
+        cols = math.prod(self.normalized_shape)
+        rows = x.numel() // cols if cols else 0
+        if rows == 0:
+            return y
+        grid = _sm_count(x.device) * _PER_SM
+        if cols % 4 or cols > grid * _CHUNK:
+            raise ValueError(f"rows of {cols} elements: this kernel takes multiples of 4 up to {grid * _CHUNK}")
+        parts, arrived = _scratch(x.device, rows, grid)
+        ptrs = (x.data_ptr(), weight.data_ptr(), bias.data_ptr(), y.data_ptr(), parts.data_ptr(), arrived.data_ptr())
+        args = (*ptrs, cupy.int32(rows), cupy.int64(cols), cupy.float32(EPS))
+        _run_kernel(_KERNEL, x.device, (grid,), (_THREADS,), args, shared_mem=_SMEM)
+        return y
+'''
+
+
+def persistent_smem(params: dict[str, Any]) -> int:
+    """Dynamic shared memory of one block: its weight chunk and the next row's staged slots."""
+    return params["block"] * (params["items"] + params["stage"]) * 16
+
+
+def render_layernorm_persistent(params: dict[str, Any], summary: str) -> str:
+    cu = fill(
+        LAYERNORM_PERSISTENT_CU,
+        SUMMARY_C=wrap(summary, "// "),
+        BLOCK=params["block"],
+        PER_SM=params["per_sm"],
+        ITEMS=params["items"],
+        UNROLL=params["unroll"],
+        STAGE=params["stage"],
+        HINTS=c_bool(params["hints"]),
+    )
+    return fill(
+        LAYERNORM_PERSISTENT_PY,
+        LAYERNORM_MODULE=LAYERNORM_MODULE,
+        SUMMARY_DOC=wrap(summary),
+        PARAMS=params_text(params),
+        CUDA_SRC=cu,
+        BLOCK=params["block"],
+        PER_SM=params["per_sm"],
+        CHUNK=params["block"] * params["items"] * 4,
+        SMEM=persistent_smem(params),
+        EPS=repr(float(params.get("eps", 1e-5))),
+    )
