@@ -219,8 +219,33 @@ def get_init_inputs():
     return []
 '''
 
+DIAGONAL = '''
+N = 24
+M = 40
+
+
+class Model(nn.Module):
+    """Matmuls by diagonal matrices: rows scaled by an input, columns by a parameter; a residual input."""
+
+    def __init__(self, columns: int):
+        super().__init__()
+        self.d = nn.Parameter(torch.randn(columns))
+
+    def forward(self, a, b):
+        return torch.diag(a) @ b @ torch.diag(self.d) + b
+
+
+def get_inputs():
+    return [torch.randn(N), torch.randn(N, M)]
+
+
+def get_init_inputs():
+    return [M]
+'''
+
 PROBLEM_SOURCES = {
     "zoo": (ZOO, "elementwise"),
+    "diagonal": (DIAGONAL, "elementwise"),
     "bands": (BANDS, "elementwise"),
     "conv_tail": (CONV, "epilogue"),
     "conv_t_tail": (CONV_T, "epilogue"),
@@ -281,6 +306,10 @@ def test_the_expression_reads_like_the_reference(problems: dict[str, Path]) -> N
     moved = tail_bias(spec)  # the linear's bias added by the tail kernel instead of the library
     assert expression_text(moved) == "(relu((linear(x) + linear.bias)) * 2) - 0.5"
     assert [leaf["shape"] for leaf in moved["leaves"] if not leaf["full"]] == [[1024]]
+    # diag(a) @ b is a[:, None] * b (the input gets its unit dim in the candidate, whatever its length then).
+    spec = json.loads(builtin.analyse(load_problem(problems["diagonal"]).info).spec)
+    assert expression_text(spec) == "((x0 * x1) * d) + x1"
+    assert [leaf.get("unsqueeze") for leaf in spec["leaves"] if leaf["kind"] == "input"] == [None, [1]]
 
 
 X = "[torch.randn(8, 16)]"
@@ -308,6 +337,16 @@ REFUSED = {
     "prologue": ("torch.matmul(x.relu(), self.w)", "        self.w = nn.Parameter(torch.randn(16, 4))", X, "prologue"),
     "no_tail": ("torch.matmul(x, self.w)", "        self.w = nn.Parameter(torch.randn(16, 4))", X, "no tail"),
     "inplace_param": ("self.w.mul_(2) + x", "        self.w = nn.Parameter(torch.randn(16))", X, "in place"),
+    "diagonal_alone": ("torch.diag(x)", "", "[torch.randn(8)]", "nothing to compute"),
+    "diagonal_added": ("torch.diag(x) + 1", "", "[torch.randn(8)]", "a diagonal matrix used other than"),
+    "diagonal_offset": (
+        "torch.diag(x, 1) @ self.w",
+        "        self.w = nn.Parameter(torch.randn(9, 4))",
+        "[torch.randn(8)]",
+        "off the main diagonal",
+    ),
+    "diagonal_squared": ("torch.diag(x) @ torch.diag(x)", "", "[torch.randn(8)]", "two diagonal matrices"),
+    "diagonal_of_matrix": ("torch.diag_embed(x) @ x", "", "[torch.randn(4, 4)]", "a 1-D input"),
 }
 
 

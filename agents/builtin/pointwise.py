@@ -9,6 +9,9 @@ op's output) and constants; it is serialised as a JSON spec (``Shape.spec``) tha
 Families:
 
 - ``elementwise``: pointwise ops only; the output has the shape of a forward input.
+  A matmul by a diagonal matrix built in the forward (``torch.diag(a) @ B``, ``B @ torch.diag(a)``) is the
+  pointwise product it equals, ``a[:, None] * B`` / ``B * a``: N^2 work instead of the matmul's N^3, and exactly
+  the reference's values (each output is one product plus zeros), finite inputs assumed.
 - ``epilogue``: exactly one heavy op (``aten.mm``/``addmm``/``bmm`` reached from ``F.linear``/``torch.matmul``,
   or ``aten.convolution``) whose operands are inputs and parameters, followed by at least one pointwise op.
   The candidate keeps the heavy op in the library and fuses the tail (see ``tools.cheat_tricks.library_family``
@@ -62,12 +65,14 @@ VIEWS = frozenset({"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "e
                    "lift_fresh", "_to_copy"})  # fmt: skip
 TRANSPOSES = frozenset({"t", "permute", "transpose"})  # only as a heavy op's operand (W.t() of a linear)
 HEAVY = frozenset({"mm", "addmm", "bmm", "convolution"})
+DIAGONAL = frozenset({"diag_embed"})  # a 1-D leaf made a diagonal matrix: only as an operand of aten.mm
 HANDLED = (
     UNARY
     | BINARY
     | VIEWS
     | TRANSPOSES
     | HEAVY
+    | DIAGONAL
     | {"gelu", "elu", "celu", "leaky_relu", "hardtanh", "softplus", "threshold", "hardshrink", "softshrink", "round",
        "log_sigmoid_forward", "add", "sub", "rsub", "div", "pow", "clamp", "clamp_min", "clamp_max", "where",
        "masked_fill", "addcmul", "addcdiv", "lerp", "scalar_tensor"}
@@ -87,6 +92,7 @@ class _Value:
     leaves: frozenset[int]  # leaf indices it depends on
     leaf: int | None = None  # set when the value is a leaf itself (or a view of one)
     transposed: bool = False  # t(W) / W.T of a 2-D leaf
+    diagonal: bool = False  # diag_embed(a) of a 1-D leaf: the matrix is never built, only multiplied by
 
 
 @dataclass
@@ -181,6 +187,8 @@ class _Tracer(TorchDispatchMode):
         """The expression node of a value (a leaf gets its node on first use)."""
         if v.transposed:
             raise Refuse("a transposed tensor used outside a matmul")
+        if v.diagonal:
+            raise Refuse("a diagonal matrix used other than as a matmul operand")
         if v.node is not None:
             return v.node
         assert v.leaf is not None
@@ -232,6 +240,12 @@ class _Tracer(TorchDispatchMode):
                 if isinstance(x, torch.Tensor) and x.dtype not in (torch.float32, torch.bool):
                     raise Refuse(f"aten.{base} reads a {x.dtype} tensor")
         shape = tuple(out.shape)
+        if name in DIAGONAL:
+            self.values[id(out)] = self.diagonal(a, shape)
+            return
+        if name == "mm" and any(isinstance(x, torch.Tensor) and self.value(x).diagonal for x in (first, a["mat2"])):
+            self.values[id(out)] = self.scaled(self.value(first), self.value(a["mat2"]), shape)
+            return
         if name in HEAVY:
             self.values[id(out)] = self.heavy(name, a, shape)
             return
@@ -265,6 +279,8 @@ class _Tracer(TorchDispatchMode):
                 return _Value(self.const(float(src)), (), frozenset())
             raise Refuse("a tensor constant created in forward")
         v = self.value(src)
+        if v.diagonal:
+            raise Refuse(f"aten.{name} of a diagonal matrix")
         if name in TRANSPOSES:
             if v.leaf is None or len(v.shape) != 2 or (name == "permute" and list(a["dims"]) != [1, 0]):
                 raise Refuse(f"aten.{name} of a computed or non-2-D tensor")
@@ -286,6 +302,30 @@ class _Tracer(TorchDispatchMode):
 
     def band_dependent(self, leaves: frozenset[int]) -> bool:
         return any(self.t.leaves[j]["kind"] == "param" for j in leaves)
+
+    # ---- a diagonal matrix times a matrix
+
+    def diagonal(self, a: dict[str, Any], shape: tuple[int, ...]) -> _Value:
+        src = a["self"]
+        v = self.value(src) if isinstance(src, torch.Tensor) else None
+        if v is None or v.leaf is None or v.node is not None or len(v.shape) != 1:
+            raise Refuse("aten.diag_embed of something other than a 1-D input or parameter")
+        if a["offset"] != 0 or sorted(d % 2 for d in (a["dim1"], a["dim2"])) != [0, 1]:
+            raise Refuse("aten.diag_embed off the main diagonal")
+        return _Value(None, shape, v.leaves, leaf=v.leaf, diagonal=True)
+
+    def scaled(self, left: _Value, right: _Value, shape: tuple[int, ...]) -> _Value:
+        """diag(a) @ B = a[:, None] * B (rows scaled) and B @ diag(a) = B * a (columns scaled)."""
+        if left.diagonal == right.diagonal:
+            raise Refuse("a product of two diagonal matrices")
+        diag, other = (left, right) if left.diagonal else (right, left)
+        rec = self.t.leaves[diag.leaf]  # type: ignore[index]
+        n = rec["source_shape"][0]
+        used = (n, 1) if left.diagonal else (n,)  # against the (N, M) / (M, N) output
+        scale = self.node_of(self.leaf(rec["kind"], rec["key"], tuple(rec["source_shape"]), used))
+        ins = [scale, self.node_of(other)] if left.diagonal else [self.node_of(other), scale]  # as written
+        node = self.emit("mul", ins, [], shape)
+        return _Value(node, shape, self.t.node_leaves[node])
 
     # ---- the heavy op
 
@@ -551,6 +591,20 @@ def band(shape: tuple[int, ...] | list[int], out: tuple[int, ...] | list[int]) -
     return math.prod(out[lo:hi]), math.prod(out[hi:])
 
 
+def inserted_ones(source: tuple[int, ...], used: tuple[int, ...]) -> list[int] | None:
+    """The positions in ``used`` of unit dims inserted into ``source`` (``unsqueeze`` at each, in order), or
+    None when ``used`` is not ``source`` with unit dims inserted."""
+    out, i = [], 0
+    for p, d in enumerate(used):
+        if i < len(source) and source[i] == d:
+            i += 1
+        elif d == 1:
+            out.append(p)
+        else:
+            return None
+    return out if i == len(source) else None
+
+
 def _reachable(nodes: list[list[Any]], out: int) -> set[int]:
     seen: set[int] = set()
     stack = [out]
@@ -602,12 +656,17 @@ def build_spec(module: Any, info: ProblemInfo) -> dict[str, Any]:
     for j in used_leaves:
         rec = t.leaves[j]
         shape = tuple(rec["shape"])
+        extra: dict[str, Any] = {}
         if rec["kind"] == "heavy":
             full = True
         elif rec["kind"] == "input":
             full = tuple(rec["source_shape"]) == out_shape
             if not full and shape != tuple(rec["source_shape"]):
-                raise Refuse("a broadcast input used through a view")
+                # Only unit dims inserted (a[:, None]): the candidate does the same to whatever it is given.
+                ones = inserted_ones(tuple(rec["source_shape"]), shape)
+                if ones is None:
+                    raise Refuse("a broadcast input used through a view")
+                extra = {"unsqueeze": ones}
         else:
             full = False
         if not full:
@@ -615,7 +674,7 @@ def build_spec(module: Any, info: ProblemInfo) -> dict[str, Any]:
                 band(shape, out_shape)
             except ValueError as exc:
                 raise Refuse(f"operand {rec['key']}: {exc}") from exc
-        leaves.append({"kind": rec["kind"], "key": rec["key"], "shape": list(shape), "full": full})
+        leaves.append({"kind": rec["kind"], "key": rec["key"], "shape": list(shape), "full": full, **extra})
     if not any(leaf["full"] for leaf in leaves):
         raise Refuse("no operand of the output's shape")
     if t.heavy is None:

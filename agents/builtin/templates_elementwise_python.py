@@ -103,7 +103,8 @@ class Forward:
             full_ptrs.append(f"{name}.data_ptr()")
         for k, j in enumerate(e.bands):
             leaf = e.leaves[j]
-            lines.append(f"w{k} = {self.operand(leaf)}.contiguous()")
+            unsqueeze = "".join(f".unsqueeze({d})" for d in leaf.get("unsqueeze", []))  # a[:, None]
+            lines.append(f"w{k} = {self.operand(leaf)}.contiguous(){unsqueeze}")
             # A parameter's shape as the reference used it is fixed; a broadcast input's is what it is now.
             shape = f"tuple(w{k}.shape)" if leaf["kind"] == "input" else f"_BANDS[{k}]"
             lines.append(f"size{k}, inner{k} = _band({shape}, tuple(out.shape))")
