@@ -125,12 +125,35 @@ def test_a_tensor_times_a_matrix_is_a_matmul_of_its_flattened_rows(tmp_path: Pat
     assert builtin.analyse(write_matmul(tmp_path, "matrix_first", "B.T @ A", (4, 72, 10), (72, 56))) is None
 
 
-def test_other_transposes_around_a_matmul_are_refused(tmp_path: Path) -> None:
-    gram = write_matmul(tmp_path, "gram", "A.T @ A + 0 * B", (72, 40), (40, 40))  # A twice, and a tail
-    swapped = write_matmul(tmp_path, "swapped", "torch.matmul(B.T, A)", (72, 40), (72, 56))  # input 1 first
-    unused = write_matmul(tmp_path, "unused", "(A.T, A @ B)[1]", (40, 72), (72, 56))  # a transpose not multiplied
-    for problem in (gram, swapped, unused):
-        assert builtin.analyse(problem) is None, problem.name
+EINSUM = {
+    # forward, A's shape, B's shape: (m, k, n, transposed)
+    'torch.einsum("bijl,lk->bijk", A, B)': ((2, 3, 5, 72), (72, 56), (30, 72, 56, "")),
+    'torch.einsum("bil,kl->bik", A, B)': ((4, 10, 72), (56, 72), (40, 72, 56, '{"transposed": [false, true]}')),
+    'torch.einsum("ik,kj->ij", A, B)': ((40, 72), (72, 56), (40, 72, 56, "")),
+    'torch.einsum("ki,kj->ij", A, B)': ((72, 40), (72, 56), (40, 72, 56, '{"transposed": [true, false]}')),
+}
+
+
+@pytest.mark.parametrize("forward", sorted(EINSUM))
+def test_an_einsum_that_is_a_matmul_is_a_matmul(forward: str, tmp_path: Path) -> None:
+    a, b, facts = EINSUM[forward]
+    s = builtin.analyse(write_matmul(tmp_path, "einsum", forward, a, b))
+    assert s is not None and (s.family, s.m, s.k, s.n, s.spec) == ("matmul", *facts)
+
+
+def test_other_views_around_a_matmul_are_refused(tmp_path: Path) -> None:
+    refused = {
+        "gram": ("A.T @ A + 0 * B", (72, 40), (40, 40)),  # A twice, and a tail
+        "swapped": ("torch.matmul(B.T, A)", (72, 40), (72, 56)),  # input 1 first
+        "permuted_a": ('torch.einsum("bli,lk->bik", A, B)', (4, 72, 10), (72, 56)),  # A's dims reordered first
+        "permuted_out": ('torch.einsum("bil,lk->bki", A, B)', (4, 10, 72), (72, 56)),  # the product re-laid out
+        "regrouped": ("(A.reshape(20, 144) @ B.reshape(144, 28)).reshape(40, 14)", (40, 72), (72, 56)),
+    }
+    for name, (forward, a, b) in refused.items():
+        assert builtin.analyse(write_matmul(tmp_path, name, forward, a, b)) is None, name
+    # A transpose it never multiplies changes nothing: the product is still A @ B.
+    unused = builtin.analyse(write_matmul(tmp_path, "unused", "(A.T, A @ B)[1]", (40, 72), (72, 56)))
+    assert (unused.family, unused.m, unused.k, unused.n, unused.spec) == ("matmul", 40, 72, 56, "")
 
 
 def test_a_non_default_layernorm_eps_is_carried_into_the_candidates(tmp_path: Path) -> None:
@@ -359,11 +382,12 @@ def assert_correct(
     return ev.result.correctness
 
 
-def test_cpu_matmuls_of_transposed_and_n_d_inputs_are_correct_in_the_sandbox(
+def test_cpu_matmuls_of_transposed_n_d_and_einsum_inputs_are_correct_in_the_sandbox(
     tmp_path: Path, sandbox: LocalSandbox
 ) -> None:
     cases = [(forward, a, b) for forward, (a, b, _) in sorted(TRANSPOSED.items())]
     cases.append(("torch.matmul(A, B)", (4, 10, 72), (72, 56)))  # a 3-D tensor times a matrix
+    cases += [(forward, a, b) for forward, (a, b, _) in sorted(EINSUM.items())]
     for k, (forward, a, b) in enumerate(cases):
         write_matmul(tmp_path, f"transposed_{k}", forward, a, b)
         problem = load_problem(tmp_path / f"transposed_{k}.py")
@@ -425,10 +449,12 @@ def test_every_cuda_template_is_correct_on_the_gpu(template: str, sandbox: Local
 
 
 @pytest.mark.gpu
-def test_cuda_matmuls_of_transposed_and_n_d_inputs_are_correct(tmp_path: Path, sandbox: LocalSandbox) -> None:
+def test_cuda_matmuls_of_transposed_n_d_and_einsum_inputs_are_correct(tmp_path: Path, sandbox: LocalSandbox) -> None:
     write_matmul(tmp_path, "both", "torch.matmul(A.T, B.T)", (128, 256), (384, 128))  # (256 x 128) @ (128 x 384)
     write_matmul(tmp_path, "three_d", "torch.matmul(A, B)", (2, 128, 128), (128, 384))  # (256 x 128) @ (128 x 384)
-    for name in ("both", "three_d"):
+    einsum = 'torch.einsum("bijl,kl->bijk", A, B)'
+    write_matmul(tmp_path, "einsum", einsum, (2, 2, 64, 128), (384, 128))  # (256 x 128) @ (128 x 384)
+    for name in ("both", "three_d", "einsum"):
         problem = load_problem(tmp_path / f"{name}.py")
         shape = builtin.analyse(problem.info)
         for template in ("matmul_cuda_tiled", "matmul_cuda_mma"):

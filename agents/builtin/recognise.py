@@ -1,9 +1,10 @@
 """Which builtin family a problem belongs to, and the shape facts the catalog plans with.
 
 The family comes from the aten ops the reference runs (``ProblemInfo.aten_ops``): exactly one
-``aten._softmax``, ``aten.native_layer_norm``, ``aten.mm`` or ``aten.bmm`` and nothing else (but transposes of
-the inputs ``aten.mm`` multiplies, ``Shape.spec`` says which, or the views of ``torch.matmul`` of an N-D tensor
-by a matrix), on fp32 tensors whose shapes fit the family, and a constructor the templates reproduce (no
+``aten._softmax``, ``aten.native_layer_norm``, ``aten.mm`` or ``aten.bmm`` and nothing else (but views around
+one product that read input 0 as A or A.T, its leading dims flattened, and input 1 as B or B.T:
+``torch.matmul(A.T, B)``, an N-D A, ``torch.einsum("bijl,lk->bijk", A, B)``; ``Shape.spec`` says what is
+transposed), on fp32 tensors whose shapes fit the family, and a constructor the templates reproduce (no
 arguments, or the normalized_shape of a LayerNorm). The op's own arguments (softmax dim, LayerNorm eps) are not in
 ``ProblemInfo``; when the problem file is readable they are read from one forward pass on meta tensors,
 and a softmax over any dim but the last is not recognised. ``aten._log_softmax`` is the softmax family with
@@ -109,15 +110,11 @@ def analyse(info: ProblemInfo) -> Shape | None:
         return Shape(family, spec=spec, **facts)
     ops = dict(info.aten_ops)
     transposed, flattened = (False, False), False
-    if ops == _FLATTENED_MM:
-        if not _flattened_matmul(info):
-            return None
-        flattened, ops = True, {"aten.mm.default": 1}
-    elif len(ops) > 1 and ops.get("aten.mm.default") == 1:
-        found = _transposed_operands(info)  # torch.matmul(A.T, B) and the like
+    if len(ops) > 1 and set(ops) - _PRODUCTS <= _VIEWS and sum(ops.get(p, 0) for p in _PRODUCTS) == 1:
+        found = _matmul_views(info)  # torch.matmul(A.T, B), an N-D A, torch.einsum("bijl,lk->bijk", A, B)
         if found is None:
             return None
-        transposed, ops = found, {"aten.mm.default": 1}
+        (transposed, flattened), ops = found, {"aten.mm.default": 1}
     if len(ops) != 1:
         return None
     ((op, count),) = ops.items()
@@ -138,78 +135,57 @@ def analyse(info: ProblemInfo) -> Shape | None:
     return _matmul(op, tensors, out, init, transposed, flattened)
 
 
-# torch.matmul of an N-D tensor by a matrix runs as one aten.mm of the tensor's leading dims flattened.
-_FLATTENED_MM = {"aten.view.default": 1, "aten.mm.default": 1, "aten._unsafe_view.default": 1}
+_PRODUCTS = {"aten.mm.default", "aten.bmm.default"}
+# Ops that only re-view memory: around one product they change which elements it reads, never their values.
+_VIEWS = {
+    "aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten.unsqueeze.default",
+    "aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default", "aten.permute.default", "aten.t.default",
+    "aten.transpose.int", "aten.expand.default", "aten.alias.default",
+}  # fmt: skip
 
 
-def _ref_is(a: Any, kind: str, key: Any) -> bool:
-    """Is the traced argument ``a`` the input ``key`` (kind "input") or node ``key``'s output (kind "node")?"""
-    from agents.builtin.recognise_reduce import Ref
+def _matmul_views(info: ProblemInfo) -> tuple[tuple[bool, bool], bool] | None:
+    """((A transposed, B transposed), A's leading dims flattened) when the reference's one product (``aten.mm``, or
+    ``aten.bmm`` of batch 1) reads, through views only, input 0 as A (its leading dims flattened) or A.T and input
+    1 as B or B.T, and returns it as is or re-viewed to A's leading dims; else None.
 
-    return isinstance(a, Ref) and a.kind == kind and a.key == key
-
-
-def _flattened_matmul(info: ProblemInfo) -> bool:
-    """Do the reference's ops (``_FLATTENED_MM``) flatten input 0, multiply it by input 1 and give that back?"""
-    from agents.builtin.recognise_reduce import trace
-
-    tr = trace(info.path, info.sha256)
-    if tr is None or len(tr.outputs) != 1 or [n.op for n in tr.nodes] != list(_FLATTENED_MM):
-        return False
-    view, mm, unview = tr.nodes
-    return (
-        bool(view.args and unview.args)
-        and _ref_is(view.args[0], "input", 0)
-        and len(mm.args) == 2
-        and _ref_is(mm.args[0], "node", (0, 0))
-        and _ref_is(mm.args[1], "input", 1)
-        and _ref_is(unview.args[0], "node", (1, 0))
-        and _ref_is(tr.outputs[0], "node", (2, 0))
-    )
-
-
-_TRANSPOSES = {"aten.permute.default", "aten.t.default", "aten.transpose.int"}
-
-
-def _transposed_operands(info: ProblemInfo) -> tuple[bool, bool] | None:
-    """Which of the two 2-D inputs ``aten.mm`` multiplies transposed, when the reference transposes them and does
-    nothing else (``torch.matmul(A.T, B)``, ``A @ B.t()``, ``torch.mm(A.transpose(0, 1), B.T)``); else None."""
-    from agents.builtin.recognise_reduce import trace
-
-    if set(info.aten_ops) - {"aten.mm.default"} - _TRANSPOSES:
+    The views are judged by what the product reads: each operand's memory, offset and strides on meta tensors.
+    """
+    found = _probe(info.path, info.sha256) or {}
+    if "operands" not in found or "result" not in found or len(info.inputs) != 2:
         return None
-    tr = trace(info.path, info.sha256)
-    if tr is None or len(tr.outputs) != 1 or not tr.nodes or tr.nodes[-1].op != "aten.mm.default":
+    (xi, xs, xst, xo), (wi, ws, wst, wo) = found["operands"]
+    if (xi, wi) != (0, 1) or xo or wo or len(xs) != len(ws):
         return None
-    *transposes, mm = tr.nodes
-    flipped: dict[int, int] = {}  # transpose node -> the input it transposes
-    for i, node in enumerate(transposes):
-        x = node.args[0] if node.args else None
-        if not any(_ref_is(x, "input", j) for j in (0, 1)) or len(x.shape) != 2 or not _swaps(node):
+    if len(xs) == 3:  # torch.einsum multiplies through a bmm of batch 1
+        if xs[0] != 1 or ws[0] != 1:
             return None
-        flipped[i] = x.key
-    if not _ref_is(tr.outputs[0], "node", (len(tr.nodes) - 1, 0)) or len(mm.args) != 2:
+        xs, xst, ws, wst = xs[1:], xst[1:], ws[1:], wst[1:]
+    a, b = list(info.inputs[0].shape), list(info.inputs[1].shape)
+    (m, k), (k2, n) = xs, ws
+    if k != k2 or len(b) != 2:
         return None
-    transposed = []
-    for position, a in enumerate(mm.args):  # mm(A or A.T, B or B.T): input 0 first, input 1 second
-        if _ref_is(a, "input", position):
-            transposed.append(False)
-        elif any(_ref_is(a, "node", (i, 0)) for i, j in flipped.items() if j == position):
-            transposed.append(True)
-        else:
-            return None
-    if sum(transposed) != len(transposes):
-        return None  # a transpose whose result the product does not use
-    return transposed[0], transposed[1]
+    if _strided(xs, xst, (k, 1)) and a[-1] == k and math.prod(a) == m * k:
+        ta = False  # row-major: A, or A with its leading dims flattened
+    elif _strided(xs, xst, (1, m)) and a == [k, m]:
+        ta = True
+    else:
+        return None
+    if _strided(ws, wst, (n, 1)) and b == [k, n]:
+        tb = False
+    elif _strided(ws, wst, (1, k)) and b == [n, k]:
+        tb = True
+    else:
+        return None
+    reads_product, contiguous, out = found["result"]
+    if not (reads_product and contiguous and out == ([m, n] if ta else [*a[:-1], n])):
+        return None
+    return (ta, tb), len(a) > 2
 
 
-def _swaps(node: Any) -> bool:
-    """Is ``node`` (on a 2-D tensor) a swap of its two dims?"""
-    if node.op == "aten.t.default":
-        return len(node.args) == 1
-    if node.op == "aten.permute.default":
-        return len(node.args) == 2 and [d % 2 for d in node.args[1]] == [1, 0]
-    return len(node.args) == 3 and sorted(d % 2 for d in node.args[1:]) == [0, 1]  # transpose.int(x, d0, d1)
+def _strided(shape: list[int], stride: list[int], want: tuple[int, ...]) -> bool:
+    """Are ``stride`` the strides ``want`` (a size-1 dim's stride does not matter)?"""
+    return all(d == 1 or s == w for d, s, w in zip(shape, stride, want, strict=True))
 
 
 def _softmax(info: ProblemInfo, tensors: list[TensorSpec], out: list[int], init: Any, op: str = "") -> Shape | None:
@@ -295,23 +271,46 @@ def _literal(text: str) -> Any:
 
 
 class _ArgRecorder(TorchDispatchMode):
-    def __init__(self) -> None:
+    def __init__(self, inputs: list[Any]) -> None:
         super().__init__()
         self.found: dict[str, Any] = {}
+        # Contiguous tensor inputs by the memory they hold: an operand reading it is the input or a view of it.
+        self.memory = {
+            x.untyped_storage()._cdata: k
+            for k, x in enumerate(inputs)
+            if isinstance(x, torch.Tensor) and x.is_contiguous() and x.storage_offset() == 0
+        }
+        self.product: torch.Tensor | None = None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = str(func)
+        out = func(*args, **(kwargs or {}))
         if name in ("aten._softmax.default", "aten._log_softmax.default"):
             self.found["softmax_dim"] = int(args[1])
         elif name == "aten.native_layer_norm.default":
             self.found["normalized_shape"] = [int(d) for d in args[1]]
             self.found["eps"] = float(args[4])
-        return func(*args, **(kwargs or {}))
+        elif name in _PRODUCTS:
+            self.found["operands"] = [self.operand(x) for x in args[:2]]
+            self.product = out
+        return out
+
+    def operand(self, x: torch.Tensor) -> list[Any]:
+        """[input index or -1, shape, strides, storage offset] of a product's operand."""
+        k = self.memory.get(x.untyped_storage()._cdata, -1)
+        return [k, list(x.shape), list(x.stride()), x.storage_offset()]
+
+    def returned(self, y: Any) -> None:
+        """What forward returned, against the product: [reads its memory, contiguous, shape]."""
+        if self.product is not None and isinstance(y, torch.Tensor):
+            same = y.untyped_storage()._cdata == self.product.untyped_storage()._cdata
+            self.found["result"] = [same and y.storage_offset() == 0, y.is_contiguous(), list(y.shape)]
 
 
 @functools.lru_cache(maxsize=64)
 def _probe(path: str, sha256: str) -> dict[str, Any] | None:
-    """The softmax dim / LayerNorm normalized_shape and eps, from a forward pass on meta tensors.
+    """The softmax dim / LayerNorm normalized_shape and eps, and what a matmul's one product reads and returns,
+    from a forward pass on meta tensors.
 
     None when the file is unreadable or does not run on meta: the caller then trusts ``ProblemInfo``.
     ``sha256`` is part of the cache key so an edited file is probed again.
@@ -325,9 +324,9 @@ def _probe(path: str, sha256: str) -> dict[str, Any] | None:
         with torch.device("meta"):
             inputs = list(module.get_inputs())
         model = build_model(module.Model, init, "meta", seed=0)
-        recorder = _ArgRecorder()
+        recorder = _ArgRecorder(inputs)
         with torch.no_grad(), recorder:
-            model(*inputs)
+            recorder.returned(model(*inputs))
     except Exception:  # a problem the probe cannot run on meta is simply not recognised: the reference stands
         return None
     return recorder.found
