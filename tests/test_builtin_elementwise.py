@@ -243,8 +243,32 @@ def get_init_inputs():
     return [M]
 '''
 
+NUMBERS = '''
+M = 24
+N = 40
+
+
+class Model(nn.Module):
+    """Python numbers as forward arguments: a matrix times a float, less an int, through a ReLU."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, s, t):
+        return torch.relu(a * s - t)
+
+
+def get_inputs():
+    return [torch.randn(M, N), 3.14, 1]
+
+
+def get_init_inputs():
+    return []
+'''
+
 PROBLEM_SOURCES = {
     "zoo": (ZOO, "elementwise"),
+    "numbers": (NUMBERS, "elementwise"),
     "diagonal": (DIAGONAL, "elementwise"),
     "bands": (BANDS, "elementwise"),
     "conv_tail": (CONV, "epilogue"),
@@ -364,14 +388,25 @@ def test_unknown_chains_are_refused_with_a_reason(name: str, tmp_path: Path) -> 
         assert shape.family not in ("elementwise", "epilogue")
 
 
-def test_scalar_forward_arguments_are_refused(tmp_path: Path) -> None:
-    info = write(
-        tmp_path,
-        "scalar_arg",
-        "\nclass Model(nn.Module):\n    def forward(self, x, alpha):\n        return torch.relu(x) * alpha\n\n\n"
-        "def get_inputs():\n    return [torch.randn(4, 4), 0.5]\n\n\ndef get_init_inputs():\n    return []\n",
-    )
-    assert builtin.analyse(info) is None
+def test_number_forward_arguments_are_operands_unless_forward_branches_on_them(
+    tmp_path: Path, problems: dict[str, Path]
+) -> None:
+    spec = json.loads(builtin.analyse(load_problem(problems["numbers"]).info).spec)
+    assert spec["numbers"] == [1, 2] and expression_text(spec) == "relu(((x0 * x1) - x2))"
+
+    def forward_of(name: str, body: str, inputs: str) -> ProblemInfo:
+        return write(
+            tmp_path,
+            name,
+            f"\nclass Model(nn.Module):\n    def forward(self, x, alpha):\n        return {body}\n\n\n"
+            f"def get_inputs():\n    return {inputs}\n\n\ndef get_init_inputs():\n    return []\n",
+        )
+
+    branches = forward_of("branches", "x * 2 if alpha > 0 else x", "[torch.randn(4, 4), 0.5]")
+    flag = forward_of("flag", "x * alpha", "[torch.randn(4, 4), True]")
+    for info in (branches, flag):
+        assert builtin.analyse(info) is None, info.name
+    assert "neither a tensor nor a number" in pointwise.explain(flag)
 
 
 # ----------------------------------------------------------------------------------------- CUDA

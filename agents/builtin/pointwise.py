@@ -624,8 +624,12 @@ def build_spec(module: Any, info: ProblemInfo) -> dict[str, Any]:
     init_literal = _literal(init)
     with torch.device("meta"):
         inputs = list(module.get_inputs())
-    if not all(isinstance(x, torch.Tensor) for x in inputs):
-        raise Refuse("a scalar forward argument")
+    numbers = [k for k, x in enumerate(inputs) if isinstance(x, int | float) and not isinstance(x, bool)]
+    if not all(isinstance(x, torch.Tensor) or k in numbers for k, x in enumerate(inputs)):
+        raise Refuse("a forward argument that is neither a tensor nor a number")
+    # A number argument is traced as a 0-dim tensor: an operand read at call time like a broadcast input, never a
+    # constant of the trace (forward code that branches on it, or hands it to math, fails here and is refused).
+    inputs = [torch.empty((), device="meta") if k in numbers else x for k, x in enumerate(inputs)]
     model = build_model(module.Model, init, "meta", seed=0)
     state = model.state_dict(keep_vars=True)
     tracer = _Tracer(inputs, dict(state))
@@ -713,6 +717,7 @@ def build_spec(module: Any, info: ProblemInfo) -> dict[str, Any]:
         "version": SPEC_VERSION,
         "init": init_literal,
         "inputs": [list(x.shape) for x in inputs],
+        **({"numbers": numbers} if numbers else {}),  # forward arguments that are Python numbers
         "leaves": leaves,
         "nodes": nodes,
         "out": index[v.node],
@@ -782,7 +787,10 @@ def analyse_pointwise(info: ProblemInfo) -> tuple[str, str, dict[str, int]] | No
         return None
     if len(info.outputs) != 1 or info.outputs[0].dtype != "float32":
         return None
-    if not all(isinstance(s, TensorSpec) and s.dtype == "float32" for s in info.inputs):
+    if not all(
+        (isinstance(s, TensorSpec) and s.dtype == "float32") or (isinstance(s, int | float) and not isinstance(s, bool))
+        for s in info.inputs
+    ):
         return None
     try:
         ast.literal_eval(info.init_inputs)

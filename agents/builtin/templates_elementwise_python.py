@@ -69,6 +69,7 @@ class Forward:
         self.spec, self.device = spec, device
         self.expr = Expression(spec)
         self.n_in = len(spec["inputs"])
+        self.numbers = set(spec.get("numbers", []))  # forward arguments that are Python numbers
 
     def operand(self, leaf: dict[str, Any]) -> str:
         if leaf["kind"] == "input":
@@ -81,7 +82,13 @@ class Forward:
         """The lines up to the kernel call; the full operands' pointers; the broadcast ones' (ptr, inner, size)."""
         e = self.expr
         lines: list[str] = []
+        numbers = self.numbers
+        for k in sorted(numbers):
+            lines += [f"if isinstance(x{k}, bool) or not isinstance(x{k}, int | float):"]
+            lines += [f'    raise TypeError(f"x{k} must be a number, got {{type(x{k}).__name__}}")']
         for k in range(self.n_in):
+            if k in numbers:
+                continue
             place = "not x{k}.is_cuda" if self.device == "cuda" else "not x{k}.is_cpu"
             what = f"x{k} must be a float32 {self.device.upper()} tensor, got {{x{k}.dtype}} on {{x{k}.device}}"
             lines += [f"if x{k}.dtype != _F32 or {place.format(k=k)}:", f'    raise TypeError(f"{what}")']
@@ -103,8 +110,11 @@ class Forward:
             full_ptrs.append(f"{name}.data_ptr()")
         for k, j in enumerate(e.bands):
             leaf = e.leaves[j]
-            unsqueeze = "".join(f".unsqueeze({d})" for d in leaf.get("unsqueeze", []))  # a[:, None]
-            lines.append(f"w{k} = {self.operand(leaf)}.contiguous(){unsqueeze}")
+            if leaf["kind"] == "input" and leaf["key"] in numbers:  # one float the kernel reads for every element
+                lines.append(f"w{k} = torch.full((), float(x{leaf['key']}), dtype=_F32, device=out.device)")
+            else:
+                unsqueeze = "".join(f".unsqueeze({d})" for d in leaf.get("unsqueeze", []))  # a[:, None]
+                lines.append(f"w{k} = {self.operand(leaf)}.contiguous(){unsqueeze}")
             # A parameter's shape as the reference used it is fixed; a broadcast input's is what it is now.
             shape = f"tuple(w{k}.shape)" if leaf["kind"] == "input" else f"_BANDS[{k}]"
             lines.append(f"size{k}, inner{k} = _band({shape}, tuple(out.shape))")
@@ -201,6 +211,6 @@ def candidate_fields(
         "BAND_PY": BAND_PY,
         "CLASS_DOC": class_doc(fw.spec, epilogue),
         "INIT_BODY": INIT_PY,
-        "ARGS": ", ".join(f"x{k}: torch.Tensor" for k in range(fw.n_in)),
+        "ARGS": ", ".join(f"x{k}: {'float' if k in fw.numbers else 'torch.Tensor'}" for k in range(fw.n_in)),
         "FORWARD": py_block(lines),
     }
