@@ -310,7 +310,7 @@ POINTWISE_OPS = frozenset(
 LAYOUT_OPS = frozenset(
     {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "unsqueeze", "squeeze", "alias",
      "detach", "as_strided", "slice", "select", "clone", "contiguous", "copy_", "_to_copy", "lift_fresh", "empty",
-     "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
+     "empty_like", "empty_strided", "new_empty", "new_empty_strided", "diag_embed"}
 )  # fmt: skip
 # The families a candidate may leave to a vendor library, and which library that is (GPU, CPU).
 LIBRARY_FAMILIES = {"mm": ("cuBLAS", "the CPU BLAS"), "convolution": ("cuDNN", "oneDNN")}
