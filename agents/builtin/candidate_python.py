@@ -24,6 +24,22 @@ SOFTMAX_ROWS_PY = r'''class ModelNew(nn.Module):
         if rows == 0:
             return out'''
 
+# A LayerNorm module's forward (CUDA) up to its launch: checks, the rows of prod(normalized_shape) trailing
+# elements, the weight and bias, an empty input returned as is. The launch that follows is each template's own.
+LAYERNORM_FORWARD_PY = r"""    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not x.is_cuda or x.dtype != torch.float32:
+            raise TypeError(f"x must be a float32 CUDA tensor, got {x.dtype} on {x.device}")
+        k = len(self.normalized_shape)
+        if tuple(x.shape[x.dim() - k :]) != self.normalized_shape:
+            raise ValueError(f"input {tuple(x.shape)} does not end in {self.normalized_shape}")
+        x = x.contiguous()
+        weight, bias = self.ln.weight.detach().contiguous(), self.ln.bias.detach().contiguous()
+        y = torch.empty_like(x)
+        cols = math.prod(self.normalized_shape)
+        rows = x.numel() // cols if cols else 0
+        if rows == 0:
+            return y"""
+
 # A matmul's operand checks and its 2-D or batched 3-D shapes (CUDA), after the transposes the problem applies
 # (the template defines _TRANSPOSED); the size limits that follow are each kernel's own.
 MATMUL_OPERANDS_PY = r'''def _as_cuda_f32(t: torch.Tensor, name: str) -> torch.Tensor:

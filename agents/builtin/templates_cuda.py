@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents.builtin._text import LAYERNORM_MODULE, c_bool, c_params, fill, params_text, transposed, wrap
-from agents.builtin.candidate_python import MATMUL_OPERANDS_PY, SOFTMAX_ROWS_PY
+from agents.builtin.candidate_python import LAYERNORM_FORWARD_PY, MATMUL_OPERANDS_PY, SOFTMAX_ROWS_PY
 
 # ----------------------------------------------------------------------------------------- softmax
 
@@ -532,19 +532,7 @@ EPS = @EPS@
 
 @LAYERNORM_MODULE@
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not x.is_cuda or x.dtype != torch.float32:
-            raise TypeError(f"x must be a float32 CUDA tensor, got {x.dtype} on {x.device}")
-        k = len(self.normalized_shape)
-        if tuple(x.shape[x.dim() - k :]) != self.normalized_shape:
-            raise ValueError(f"input {tuple(x.shape)} does not end in {self.normalized_shape}")
-        x = x.contiguous()
-        weight, bias = self.ln.weight.detach().contiguous(), self.ln.bias.detach().contiguous()
-        y = torch.empty_like(x)
-        cols = math.prod(self.normalized_shape)
-        rows = x.numel() // cols if cols else 0
-        if rows == 0:
-            return y
+@LAYERNORM_FORWARD_PY@
         @LAUNCH@
         return y
 '''
@@ -567,6 +555,7 @@ def layernorm_candidate(template: str, params: dict[str, Any], summary: str, cu:
     return fill(
         LAYERNORM_PY,
         LAYERNORM_MODULE=LAYERNORM_MODULE,
+        LAYERNORM_FORWARD_PY=LAYERNORM_FORWARD_PY,
         TEMPLATE=template,
         SUMMARY_DOC=wrap(summary),
         PARAMS=params_text(params),

@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents.builtin._text import LAYERNORM_MODULE, c_bool, c_params, fill, params_text, wrap
+from agents.builtin.candidate_python import LAYERNORM_FORWARD_PY
 from agents.builtin.templates_cuda import LAYERNORM_COMMON, layernorm_candidate
 
 LAYERNORM_WIDE_CU = c_params(r"""
@@ -435,21 +436,9 @@ def _scratch(device: torch.device, rows: int, grid: int) -> tuple[torch.Tensor, 
 
 @LAYERNORM_MODULE@
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not x.is_cuda or x.dtype != torch.float32:
-            raise TypeError(f"x must be a float32 CUDA tensor, got {x.dtype} on {x.device}")
-        k = len(self.normalized_shape)
-        if tuple(x.shape[x.dim() - k :]) != self.normalized_shape:
-            raise ValueError(f"input {tuple(x.shape)} does not end in {self.normalized_shape}")
-        x = x.contiguous()
+@LAYERNORM_FORWARD_PY@
         if x.data_ptr() % 16:
             x = x.clone()  # a fresh allocation is aligned; the kernel reads float4
-        weight, bias = self.ln.weight.detach().contiguous(), self.ln.bias.detach().contiguous()
-        y = torch.empty_like(x)
-        cols = math.prod(self.normalized_shape)
-        rows = x.numel() // cols if cols else 0
-        if rows == 0:
-            return y
         grid = _sm_count(x.device) * _PER_SM
         if cols % 4 or cols > grid * _CHUNK:
             raise ValueError(f"rows of {cols} elements: this kernel takes multiples of 4 up to {grid * _CHUNK}")
@@ -480,6 +469,7 @@ def render_layernorm_persistent(params: dict[str, Any], summary: str) -> str:
     return fill(
         LAYERNORM_PERSISTENT_PY,
         LAYERNORM_MODULE=LAYERNORM_MODULE,
+        LAYERNORM_FORWARD_PY=LAYERNORM_FORWARD_PY,
         SUMMARY_DOC=wrap(summary),
         PARAMS=params_text(params),
         CUDA_SRC=cu,
