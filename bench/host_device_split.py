@@ -6,7 +6,8 @@
 The harness synchronises before each timed call, so a call's time is its host work up to the launch plus the
 GPU's. For the eager reference and every point this prints a Markdown row of medians:
 
-- call: the harness's own measure (``tools.timing.CudaTimer``, L2 flushed before each call);
+- call: the harness's measure with the host's launch counted (``tools.timing.CudaTimer(hold_ms=0)``:
+  synchronise, L2 flushed, events around one call; the harness's only measure before the launch was hidden);
 - device: events around a burst of back-to-back calls, divided by the burst, so that the host's work hides
   behind the GPU's (L2 flushed before each burst only: close to the kernels' time when the inputs are much
   larger than L2, and a lower bound otherwise);
@@ -99,8 +100,7 @@ def measure(
         if between is not None:
             between()
         timer.flush()
-        ms, _ = timer.time_call(host_timed, inputs)
-        call_us.append(ms * 1000)
+        call_us.append(timer.time_call(host_timed, inputs).ms * 1000)
     device_us, host_us = [], []
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for _ in range(5):
@@ -165,7 +165,7 @@ def main() -> None:
     with torch.no_grad():
         expected = [t.clone() for t in flatten_outputs(reference(*inputs))]
     floor_us = problem.info.bytes_moved / COPY_BYTES_PER_S * 1e6
-    timer = CudaTimer(device)
+    timer = CudaTimer(device, hold_ms=0)
     print(
         f"{problem.info.name} on {torch.cuda.get_device_name(device)}, torch {torch.__version__}; "
         f"copy floor {floor_us:.1f} µs ({problem.info.bytes_moved / 2**20:.0f} MiB moved)\n"

@@ -2,13 +2,14 @@
 
     python bench/launch_overhead.py [--calls 400]
 
-The harness synchronises before each timed call, so a call's host work (Python, argument packing,
-stream lookup) is idle GPU time between the two events. Each contender is timed with the harness's own
-timer (``tools.timing.CudaTimer``) on a 16 KiB input, where the kernel itself takes ~2 µs and the rest is
-host, and on a 256 MiB input, where the kernel dominates. The same relu kernel runs in every CuPy row;
-only the Python around the launch differs; the templates' row runs the launch helpers the builtin
-templates render (``agents.builtin.candidate_python``). Prints a Markdown table of medians, then the host
-time of each step a wrapper may take around a launch, each alone in a loop.
+Timed with the harness's timer in its host-counting mode (``tools.timing.CudaTimer(hold_ms=0)``, the
+harness's only mode before the launch was hidden, and ``TimingConfig(hide_launch=False)`` now): it
+synchronises before each timed call, so a call's host work (Python, argument packing, stream lookup) is idle
+GPU time between the two events. Each contender is timed on a 16 KiB input, where the kernel itself takes ~2
+µs and the rest is host, and on a 256 MiB input, where the kernel dominates. The same relu kernel runs in
+every CuPy row; only the Python around the launch differs; the templates' row runs the launch helpers the
+builtin templates render (``agents.builtin.candidate_python``). Prints a Markdown table of medians, then the
+host time of each step a wrapper may take around a launch, each alone in a loop.
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=400)
     args = parser.parse_args()
     device = torch.device("cuda", torch.cuda.current_device())
-    timer = CudaTimer(device)
+    timer = CudaTimer(device, hold_ms=0)
     fns = contenders(device)
     print(f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}, CuPy {cupy.__version__}\n")
     print("| contender | 16 KiB input: median µs | 256 MiB input: median µs |")
@@ -140,7 +141,7 @@ def main() -> None:
             samples = []
             for _ in range(args.calls):
                 timer.flush()
-                ms, out = timer.time_call(fn, [x])
+                ms, _, out = timer.time_call(fn, [x])
                 samples.append(ms * 1000)
             if not torch.equal(out, expected):
                 raise SystemExit(f"{name}: wrong output")

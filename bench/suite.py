@@ -39,7 +39,7 @@ from graphs import batch  # noqa: E402
 from graphs.batch.rows import NO_FAMILY, verified  # noqa: E402
 from graphs.batch.runner import FRESH_SEED  # noqa: E402
 from graphs.batch.table import device_name, mib, x  # noqa: E402
-from graphs.cli import add_sandbox_options, sandbox_config  # noqa: E402
+from graphs.cli import add_sandbox_options, add_timing_mode, sandbox_config  # noqa: E402
 from graphs.config import Budgets, RunConfig  # noqa: E402
 from graphs.logs import configure_logging  # noqa: E402
 from sandbox.protocol import TimingConfig  # noqa: E402
@@ -134,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trials", type=int, default=100, help="minimum timed calls per contender (default 100)")
     p.add_argument("--min-seconds", type=float, default=0.5, help="minimum timing duration (default 0.5)")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile reference")
+    add_timing_mode(p)
     p.add_argument("--max-wall", type=float, default=None, help="wall-time budget of each run, in seconds")
     p.add_argument("--budget-s", type=float, default=None, help="start no new problem after this many seconds")
     p.add_argument("--parallel", type=int, default=1, help="problems searched at once (default 1)")
@@ -171,7 +172,7 @@ def run_config(args: argparse.Namespace, device: str) -> RunConfig:
         sandbox=sandbox_config(args),
         compile_reference=not args.no_compile,
         n_checks=args.checks,
-        timing=TimingConfig(min_trials=args.trials, min_seconds=args.min_seconds),
+        timing=TimingConfig(min_trials=args.trials, min_seconds=args.min_seconds, hide_launch=not args.count_launch),
     )
 
 

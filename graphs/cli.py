@@ -77,19 +77,23 @@ def render(evaluation) -> str:
         )
     if r.timing:
         t = r.timing
+        mode = ""
+        if t.method == "cuda_events":
+            mode = ", launch hidden (GPU work of each call)" if t.launch_hidden else ", host launch counted"
         lines.append(
-            f"  timing       {t.method}, interleaved, fresh input values for each of {t.input_sets} trials, "
+            f"  timing       {t.method}{mode}, interleaved, fresh input values for each of {t.input_sets} trials, "
             f"{t.flush_bytes >> 20} MiB flushed before each call"
         )
         lines.append(
-            f"    {'':10} {'median ms':>10} {'p10':>9} {'p90':>9} {'spread':>7} {'trials':>7} {'% roofline':>10}"
+            f"    {'':10} {'median ms':>10} {'p10':>9} {'p90':>9} {'spread':>7} {'trials':>7} {'% roofline':>10} "
+            f"{'host ms':>9}"
         )
         for name, s in t.stats.items():
             pct = evaluation.percent_of_roofline(name)
             lines.append(
                 f"    {name:10} {s.median_ms:10.4f} {s.p10_ms:9.4f} {s.p90_ms:9.4f} {100 * s.spread:6.1f}% "
                 f"{s.trials:7d} "
-                f"{_fmt(pct, '.1f', '%'):>10}"
+                f"{_fmt(pct, '.1f', '%'):>10} {_fmt(s.host_median_ms, '.4f'):>9}"
             )
         sp = evaluation.speedups()
         if sp:
@@ -183,7 +187,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         references=references,
         n_checks=args.checks,
         seed=args.seed,
-        timing=TimingConfig(min_trials=args.trials, min_seconds=args.min_seconds),
+        timing=TimingConfig(min_trials=args.trials, min_seconds=args.min_seconds, hide_launch=not args.count_launch),
         timeout_s=args.timeout,
     )
     if args.json:
@@ -242,6 +246,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from graphs.config import Budgets, RunConfig
     from graphs.launch import stream_run
     from graphs.runs import create_run, runs_root
+    from sandbox.protocol import TimingConfig
     from tools.device import resolve_device
     from tools.problem import load_problem
 
@@ -261,6 +266,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             ),
             sandbox=sandbox_config(args),
             compile_reference=not args.no_compile,
+            timing=TimingConfig(hide_launch=not args.count_launch),
         )
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -314,7 +320,9 @@ def cmd_batch(args: argparse.Namespace) -> int:
             sandbox=sandbox_config(args),
             compile_reference=not args.no_compile,
             n_checks=args.checks,
-            timing=TimingConfig(min_trials=args.trials, min_seconds=args.min_seconds),
+            timing=TimingConfig(
+                min_trials=args.trials, min_seconds=args.min_seconds, hide_launch=not args.count_launch
+            ),
         )
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -471,6 +479,15 @@ def _docker_status() -> str:
 # --------------------------------------------------------------------------------------------- main
 
 
+def add_timing_mode(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--count-launch",
+        action="store_true",
+        help="CUDA: time each call right after a synchronisation, the host's launch work counted (the latency "
+        "of one isolated call); default: each call's GPU work, the launch hidden behind a held stream",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kforge", description="Search for faster kernels, and trust the number.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress and show tracebacks")
@@ -491,6 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--trials", type=int, default=100, help="minimum timed calls per contender (default 100)")
     ev.add_argument("--min-seconds", type=float, default=0.5, help="minimum timing duration (default 0.5)")
     ev.add_argument("--no-compile", action="store_true", help="skip the torch.compile reference")
+    add_timing_mode(ev)
     ev.add_argument("--timeout", type=float, default=600.0, help="wall-clock limit of the job in seconds")
     ev.add_argument("--json", action="store_true", help="print the full evaluation as JSON")
     add_sandbox_options(ev)
@@ -510,6 +528,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sandbox_options(run)
     run.add_argument("--roles", default=None, help="comma-separated role list (default planner,coder,profiler,critic)")
     run.add_argument("--no-compile", action="store_true", help="skip the torch.compile reference in the baseline")
+    add_timing_mode(run)
     run.add_argument("--max-wall", type=float, default=None, help="wall-time budget in seconds")
     run.add_argument("--max-tokens", type=int, default=None)
     run.add_argument("--max-dollars", type=float, default=None)
@@ -535,6 +554,7 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--checks", type=int, default=5, help="seeded input sets per verification (default 5)")
     batch.add_argument("--trials", type=int, default=100, help="minimum timed calls per contender (default 100)")
     batch.add_argument("--min-seconds", type=float, default=0.5, help="minimum timing duration (default 0.5)")
+    add_timing_mode(batch)
     batch.add_argument("--max-wall", type=float, default=None, help="wall-time budget of each problem's run, s")
     batch.add_argument("--max-tokens", type=int, default=None, help="token budget of each problem's run")
     batch.add_argument("--max-dollars", type=float, default=None, help="dollar budget of each problem's run")

@@ -43,6 +43,11 @@ class TimingConfig(BaseModel):
     max_seconds: float = Field(20.0, gt=0)
     warmup_trials: int = Field(5, ge=1)
     flush_cache: bool = Field(True, description="overwrite a buffer larger than the last-level cache before each call")
+    hide_launch: bool = Field(
+        True,
+        description="CUDA: hold the stream while the host enqueues each call, so the events time its GPU work; "
+        "False: synchronise before each call and count the host's work up to the launch as idle GPU time",
+    )
 
 
 class EvalJob(BaseModel):
@@ -122,6 +127,9 @@ class TimingStats(BaseModel):
     p90_ms: float
     iqr_ms: float
     std_ms: float
+    host_median_ms: float | None = Field(
+        None, description="median wall time the host spent inside the call (its Python and launches)"
+    )
 
     @property
     def spread(self) -> float:
@@ -134,6 +142,9 @@ class TimingReport(BaseModel):
     input_sets: int = Field(description="distinct input sets: fresh values (same buffers) before every trial")
     flush_bytes: int = Field(description="bytes overwritten before each timed call to evict the cache")
     interleaved: bool = True
+    launch_hidden: bool = Field(
+        False, description="CUDA: the host's launch work was hidden behind a held stream (times are GPU work)"
+    )
     stats: dict[str, TimingStats]
     seconds: float = Field(description="wall time of the whole timing phase")
 

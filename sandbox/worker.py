@@ -168,7 +168,8 @@ class Reference:
                 self.module = exec_source(job.problem_source, job.problem_name, "problem")
             except ProblemError as exc:
                 raise JobFailed("runtime_error", f"problem: {exc}") from exc
-            self.timer = timing.make_timer(device)  # captures the clock functions: before candidate code
+            # The timer captures the clock functions: built before any candidate code is imported.
+            self.timer = timing.make_timer(device, hide_launch=job.timing.hide_launch)
             self.init = list(self.module.get_init_inputs())
             self.model = build_model(self.module.Model, self.init, device, job.seed)
             self.recorder = OpRecorder()
@@ -505,6 +506,7 @@ def run_eval(job: EvalJob, phases: Phases) -> JobResult:
             method=ref.timer.method,  # type: ignore[arg-type]
             input_sets=trials,
             flush_bytes=ref.timer.flush_bytes if job.timing.flush_cache else 0,
+            launch_hidden=device.type == "cuda" and job.timing.hide_launch,
             stats=stats,
             seconds=round(seconds, 4),
         )

@@ -13,7 +13,7 @@ from tests.conftest import PROBLEMS
 from tools.evaluation import get_ceilings
 from tools.problem import load_problem
 from tools.roofline import cached_ceilings, floor, percent_of_roofline
-from tools.timing import CpuTimer, refresher, summarize, time_interleaved
+from tools.timing import CpuTimer, CudaTimer, refresher, summarize, time_interleaved
 
 H200_LIKE = Ceilings(
     device="cuda",
@@ -70,6 +70,83 @@ def test_interleaved_timing_tells_slow_from_fast() -> None:
     assert stats["slow"].median_ms >= 3.0 > stats["fast"].median_ms
     assert torch.equal(last["fast"], inputs[0] + 1)
     assert seconds > 0.06
+
+
+def test_host_time_is_recorded_beside_each_contenders_time() -> None:
+    def sleepy(x: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.002)
+        return x + 1
+
+    inputs = [torch.randn(10)]
+    cfg = TimingConfig(min_trials=5, min_seconds=0.0, warmup_trials=1)
+    stats, *_ = time_interleaved({"s": sleepy}, inputs, lambda k: None, CpuTimer(), cfg)
+    assert stats["s"].host_median_ms is not None and stats["s"].host_median_ms >= 2.0
+
+
+class _CountingCpuTimer(CpuTimer):
+    """The real CPU timer, counting the flushes the timing loop asks of it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushes = 0
+
+    def flush(self) -> None:
+        self.flushes += 1
+        super().flush()
+
+
+@pytest.mark.parametrize("flush", [True, False])
+def test_the_cache_is_flushed_before_each_call_unless_the_config_says_not(flush: bool) -> None:
+    timer = _CountingCpuTimer()
+    cfg = TimingConfig(min_trials=3, min_seconds=0.0, warmup_trials=1, flush_cache=flush)
+    time_interleaved({"a": torch.neg, "b": torch.abs}, [torch.randn(4)], lambda k: None, timer, cfg)
+    assert timer.flushes == (6 if flush else 0)
+
+
+def _tiny_gpu_op(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
+@pytest.mark.gpu
+def test_a_held_stream_hides_the_hosts_work_before_the_launch_and_counting_mode_shows_it() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    x = torch.randn(1024, device="cuda")
+
+    def slow_host(x: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.0003)  # 0.3 ms of Python before the launch
+        return _tiny_gpu_op(x)
+
+    held, counted = CudaTimer(x.device), CudaTimer(x.device, hold_ms=0)
+    for timer in (held, counted):
+        timer.time_call(slow_host, [x])  # warm-up
+    h = [held.time_call(slow_host, [x]) for _ in range(20)]
+    c = [counted.time_call(slow_host, [x]) for _ in range(20)]
+    assert sorted(t.ms for t in h)[10] < 0.1  # the GPU's work: a few microseconds
+    assert sorted(t.ms for t in c)[10] >= 0.3  # the host's 0.3 ms shows as idle GPU time
+    assert min(t.host_ms for t in h + c) >= 0.3
+    assert all(torch.equal(t.out, x + 1) for t in h + c)
+
+
+@pytest.mark.gpu
+def test_host_work_that_waits_for_the_gpu_is_counted_even_with_a_held_stream() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    x = torch.randn(1024, device="cuda")
+
+    def syncs_then_works(x: torch.Tensor) -> torch.Tensor:
+        torch.cuda.synchronize()  # waits out the hold: the start event is behind it
+        time.sleep(0.0005)
+        return _tiny_gpu_op(x)
+
+    def longer_than_the_hold(x: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.003)  # 3 ms of host work against a 0.5 ms hold: the rest shows
+        return _tiny_gpu_op(x)
+
+    timer = CudaTimer(x.device, hold_ms=0.5)
+    timer.time_call(syncs_then_works, [x])
+    assert sorted(timer.time_call(syncs_then_works, [x]).ms for _ in range(10))[5] >= 0.5
+    assert sorted(timer.time_call(longer_than_the_hold, [x]).ms for _ in range(10))[5] >= 1.5
 
 
 def test_roofline_floor_matches_the_design_table() -> None:

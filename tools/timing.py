@@ -11,7 +11,7 @@ import random
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -21,23 +21,41 @@ from sandbox.protocol import TimingConfig, TimingStats
 _perf_counter = time.perf_counter
 
 
+class Timed(NamedTuple):
+    """One timed call: its measured time, the host's wall time inside the call, and what it returned."""
+
+    ms: float
+    host_ms: float
+    out: Any
+
+
 class Timer(Protocol):
     method: str
     flush_bytes: int
 
     def flush(self) -> None: ...
 
-    def time_call(self, fn: Callable[..., Any], args: list[Any]) -> tuple[float, Any]: ...
+    def time_call(self, fn: Callable[..., Any], args: list[Any]) -> Timed: ...
 
     def synchronize(self) -> None: ...
 
 
 class CudaTimer:
-    """CUDA events around each call on the stream that was current when the timer was built."""
+    """CUDA events around each call on the stream that was current when the timer was built.
+
+    With ``hold_ms`` > 0 (the harness's default) the stream is held by a one-thread GPU spin of about that
+    long before the start event, so the host enqueues the whole call while the GPU waits and the events
+    time the call's GPU work alone, as a call inside a busy model would run. Host work that waits for the
+    GPU (a synchronisation, a copy to the host) comes after the start event and still counts. With
+    ``hold_ms`` = 0 the timer synchronises and records at once: the host's work up to the launch shows up
+    as idle GPU time, the latency of one isolated call; after a wait of milliseconds that host work runs
+    several times slower than when warm (bench/RESULTS.md, "What the harness's interleaving costs"), so
+    that measure depends on what ran before the call, not only on the call.
+    """
 
     method = "cuda_events"
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, hold_ms: float = 1.0) -> None:
         props = torch.cuda.get_device_properties(device)
         self.flush_bytes = max(2 * props.L2_cache_size, 64 << 20)
         self._flush_buf = torch.empty(self.flush_bytes // 4, dtype=torch.float32, device=device)
@@ -47,6 +65,21 @@ class CudaTimer:
         self._record = torch._C._CudaEventBase.record
         self._elapsed = torch._C._CudaEventBase.elapsed_time
         self._sync = torch._C._cuda_synchronize
+        self._spin = torch._C._cuda_sleep
+        self._clock = _perf_counter
+        self.hold_ms = hold_ms
+        self._hold_cycles = self._cycles_for(hold_ms) if hold_ms > 0 else 0
+
+    def _cycles_for(self, ms: float) -> int:
+        """The spin's length in GPU cycles for ``ms``, measured with the GPU warm (its clock at speed)."""
+        probe = 1 << 20
+        for _ in range(5):
+            self.flush()
+        self._record(self._start, self._stream)
+        self._spin(probe)
+        self._record(self._end, self._stream)
+        self._sync()
+        return max(1, int(probe * ms / max(self._elapsed(self._start, self._end), 1e-3)))
 
     def flush(self) -> None:
         self._flush_buf.zero_()
@@ -54,15 +87,17 @@ class CudaTimer:
     def synchronize(self) -> None:
         self._sync()
 
-    def time_call(self, fn: Callable[..., Any], args: list[Any]) -> tuple[float, Any]:
-        # Synchronising first means the host's launch overhead shows up as idle time between the two
-        # events: for launch-bound ops that is the latency a user actually sees.
-        self._sync()
+    def time_call(self, fn: Callable[..., Any], args: list[Any]) -> Timed:
+        self._sync()  # the call's GPU work starts with nothing else in flight
+        if self._hold_cycles:
+            self._spin(self._hold_cycles)
         self._record(self._start, self._stream)
+        t0 = self._clock()
         out = fn(*args)
+        host = self._clock() - t0
         self._record(self._end, self._stream)
         self._sync()
-        return self._elapsed(self._start, self._end), out
+        return Timed(self._elapsed(self._start, self._end), host * 1e3, out)
 
 
 def _last_level_cache_bytes() -> int:
@@ -95,17 +130,20 @@ class CpuTimer:
     def synchronize(self) -> None:
         """CPU calls are synchronous."""
 
-    def time_call(self, fn: Callable[..., Any], args: list[Any]) -> tuple[float, Any]:
+    def time_call(self, fn: Callable[..., Any], args: list[Any]) -> Timed:
         start = self._clock()
         out = fn(*args)
-        return (self._clock() - start) * 1e3, out
+        ms = (self._clock() - start) * 1e3
+        return Timed(ms, ms, out)
 
 
-def make_timer(device: torch.device) -> Timer:
-    return CudaTimer(device) if device.type == "cuda" else CpuTimer()
+def make_timer(device: torch.device, hide_launch: bool = True) -> Timer:
+    if device.type == "cuda":
+        return CudaTimer(device, hold_ms=1.0 if hide_launch else 0.0)
+    return CpuTimer()
 
 
-def summarize(samples_ms: list[float]) -> TimingStats:
+def summarize(samples_ms: list[float], host_ms: list[float] | None = None) -> TimingStats:
     a = np.asarray(samples_ms, dtype=np.float64)
     p10, p25, p50, p75, p90 = np.percentile(a, [10, 25, 50, 75, 90])
     return TimingStats(
@@ -117,6 +155,7 @@ def summarize(samples_ms: list[float]) -> TimingStats:
         p90_ms=float(p90),
         iqr_ms=float(p75 - p25),
         std_ms=float(a.std()),
+        host_median_ms=float(np.median(host_ms)) if host_ms else None,
     )
 
 
@@ -157,6 +196,7 @@ def time_interleaved(
                 fn(*inputs)
         timer.synchronize()
         samples: dict[str, list[float]] = {name: [] for name in contenders}
+        host: dict[str, list[float]] = {name: [] for name in contenders}
         last: dict[str, Any] = {}
         order = list(contenders)
         start = _perf_counter()
@@ -166,14 +206,17 @@ def time_interleaved(
             rng.shuffle(order)
             for name in order:
                 last.pop(name, None)  # the previous output is freed before the call, as a caller would
-                timer.flush()
-                ms, out = timer.time_call(contenders[name], inputs)
-                samples[name].append(ms)
-                last[name] = out
+                if cfg.flush_cache:
+                    timer.flush()
+                timed = timer.time_call(contenders[name], inputs)
+                samples[name].append(timed.ms)
+                host[name].append(timed.host_ms)
+                last[name] = timed.out
             trial += 1
             elapsed = _perf_counter() - start
             if trial >= cfg.max_trials or elapsed >= cfg.max_seconds:
                 break
             if trial >= cfg.min_trials and elapsed >= cfg.min_seconds:
                 break
-    return {name: summarize(s) for name, s in samples.items()}, last, trial, _perf_counter() - start
+    stats = {name: summarize(s, host[name]) for name, s in samples.items()}
+    return stats, last, trial, _perf_counter() - start
