@@ -71,15 +71,23 @@ class CudaTimer:
         self._hold_cycles = self._cycles_for(hold_ms) if hold_ms > 0 else 0
 
     def _cycles_for(self, ms: float) -> int:
-        """The spin's length in GPU cycles for ``ms``, measured with the GPU warm (its clock at speed)."""
+        """The spin's length in GPU cycles for ``ms``, measured with the GPU warm (its clock at speed).
+
+        The spin kernel runs once before it is measured: its first launch loads its module (CUDA loads
+        modules lazily), and that time, counted as spin, would make every hold far too short.
+        """
         probe = 1 << 20
+        self._spin(1000)
         for _ in range(5):
             self.flush()
-        self._record(self._start, self._stream)
-        self._spin(probe)
-        self._record(self._end, self._stream)
-        self._sync()
-        return max(1, int(probe * ms / max(self._elapsed(self._start, self._end), 1e-3)))
+        elapsed = []
+        for _ in range(3):
+            self._record(self._start, self._stream)
+            self._spin(probe)
+            self._record(self._end, self._stream)
+            self._sync()
+            elapsed.append(self._elapsed(self._start, self._end))
+        return max(1, int(probe * ms / max(min(elapsed), 1e-3)))
 
     def flush(self) -> None:
         self._flush_buf.zero_()
