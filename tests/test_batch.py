@@ -295,16 +295,17 @@ def test_a_row_s_verdict_and_its_best_correct_kernel() -> None:
 
     candidates = [
         {"id": "c1-0", "verdict": "accepted", "speedup_vs_eager": 3.0, "speedup_vs_best": 2.0},
-        {"id": "c1-1", "verdict": "accepted", "speedup_vs_eager": 1.5, "speedup_vs_best": 1.0},
+        {"id": "c1-1", "verdict": "accepted", "speedup_vs_eager": 1.5, "speedup_vs_best": 1.0, "template": "t"},
         {"id": "c1-2", "verdict": "rejected", "speedup_vs_eager": 9.0, "speedup_vs_best": 9.0},
     ]
     assert best_kernel({"best_id": "c1-0", "verified": True}, candidates)["kernel_id"] == "c1-0"
     # The selected kernel failed its re-check: the next correct one is the problem's kernel.
     wrong = best_kernel({"best_id": "c1-0", "verified": False}, candidates)
-    assert (wrong["kernel_id"], wrong["kernel_speedup_vs_eager"]) == ("c1-1", 1.5)
+    assert (wrong["kernel_id"], wrong["kernel_template"], wrong["kernel_speedup_vs_eager"]) == ("c1-1", "t", 1.5)
     assert best_kernel({}, candidates[2:]) == {
         "kernel_correct": False,
         "kernel_id": None,
+        "kernel_template": None,
         "kernel_speedup_vs_eager": None,
         "kernel_speedup_vs_best": None,
     }

@@ -175,6 +175,7 @@ def best_kernel(row: dict[str, Any], candidates: list[dict[str, Any]]) -> dict[s
     return {
         "kernel_correct": fastest is not None,
         "kernel_id": fastest["id"] if fastest else None,
+        "kernel_template": fastest.get("template") if fastest else None,
         "kernel_speedup_vs_eager": fastest["speedup_vs_eager"] if fastest else None,
         "kernel_speedup_vs_best": fastest.get("speedup_vs_best") if fastest else None,
     }
