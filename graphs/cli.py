@@ -84,16 +84,17 @@ def render(evaluation) -> str:
             f"  timing       {t.method}{mode}, interleaved, fresh input values for each of {t.input_sets} trials, "
             f"{t.flush_bytes >> 20} MiB flushed before each call"
         )
+        host = t.method == "cuda_events"  # on the CPU the host's time is the time
         lines.append(
-            f"    {'':10} {'median ms':>10} {'p10':>9} {'p90':>9} {'spread':>7} {'trials':>7} {'% roofline':>10} "
-            f"{'host ms':>9}"
+            f"    {'':10} {'median ms':>10} {'p10':>9} {'p90':>9} {'spread':>7} {'trials':>7} {'% roofline':>10}"
+            + (f" {'host ms':>9}" if host else "")
         )
         for name, s in t.stats.items():
             pct = evaluation.percent_of_roofline(name)
             lines.append(
                 f"    {name:10} {s.median_ms:10.4f} {s.p10_ms:9.4f} {s.p90_ms:9.4f} {100 * s.spread:6.1f}% "
                 f"{s.trials:7d} "
-                f"{_fmt(pct, '.1f', '%'):>10} {_fmt(s.host_median_ms, '.4f'):>9}"
+                f"{_fmt(pct, '.1f', '%'):>10}" + (f" {_fmt(s.host_median_ms, '.4f'):>9}" if host else "")
             )
         sp = evaluation.speedups()
         if sp:
