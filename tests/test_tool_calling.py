@@ -21,10 +21,10 @@ from agents.llm import ChatSession
 from agents.llm_roles import parse_candidate
 from graphs.config import RunConfig
 from sandbox.local import LocalSandbox
-from sandbox.protocol import TimingConfig
+from sandbox.protocol import TimingConfig, TimingReport, TimingStats
 from tests.conftest import CANDIDATES, FIXTURES, PROBLEMS
 from tests.fake_openai_server import ScriptedChatModel
-from tools.langchain_tools import CandidateSource, ToolStats, make_tools
+from tools.langchain_tools import CandidateSource, ToolStats, _host_line, make_tools
 from tools.problem import load_problem
 
 QUICK = TimingConfig(min_trials=20, min_seconds=0.1, warmup_trials=2)
@@ -190,3 +190,17 @@ def test_compile_candidate_uses_nvrtc_for_cuda_without_running_anything(tmp_path
     assert text.startswith("compile_error") and f"c1-0.py:{marker_line(broken)}" in text and "row_max" in text
     assert compile_tool.invoke({"source": (CANDIDATES / "softmax_cuda.py").read_text()}).startswith("ok")
     assert "not valid Python" in compile_tool.invoke({"source": "def f(:\n"})
+
+
+def _stats(host_ms: float | None) -> TimingStats:
+    return TimingStats(
+        trials=1, median_ms=1, mean_ms=1, min_ms=1, p10_ms=1, p90_ms=1, iqr_ms=0, std_ms=0, host_median_ms=host_ms
+    )
+
+
+def test_the_profile_tool_names_the_host_time_only_where_the_timing_hid_it() -> None:
+    stats = {"eager": _stats(0.02), "candidate": _stats(0.09)}
+    hidden = TimingReport(method="cuda_events", input_sets=1, flush_bytes=0, launch_hidden=True, stats=stats, seconds=1)
+    assert "eager 0.0200 ms, candidate 0.0900 ms" in _host_line(hidden)
+    counted = hidden.model_copy(update={"launch_hidden": False})  # the host is in the times already
+    assert _host_line(counted) == ""
