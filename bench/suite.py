@@ -24,7 +24,6 @@ faster reference, the reference stands and every speedup is 1.0.
 from __future__ import annotations
 
 import argparse
-import functools
 import shlex
 import sys
 from pathlib import Path
@@ -39,11 +38,11 @@ from graphs import batch  # noqa: E402
 from graphs.batch.rows import NO_FAMILY, verified  # noqa: E402
 from graphs.batch.runner import FRESH_SEED  # noqa: E402
 from graphs.batch.table import device_name, mib, x  # noqa: E402
-from graphs.cli import add_sandbox_options, add_timing_mode, sandbox_config  # noqa: E402
+from graphs.cli import add_sandbox_options, add_timing_mode, sandbox_config, say  # noqa: E402
 from graphs.config import Budgets, RunConfig  # noqa: E402
 from graphs.logs import configure_logging  # noqa: E402
+from sandbox.config import job_machine  # noqa: E402
 from sandbox.protocol import TimingConfig  # noqa: E402
-from tools.device import resolve_device  # noqa: E402
 from tools.errors import KernelforgeError  # noqa: E402
 
 DEFAULT_PROBLEMS = "problems/suite"
@@ -186,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     configure_logging(args.verbose, None)
     try:
-        device = resolve_device(args.device)
+        device = job_machine(sandbox_config(args), args.device)[0]
         paths = batch.discover(args.problems, [o for o in args.only.split(",") if o])
         if not paths:
             raise SystemExit("suite: no problem left after --only")
@@ -199,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             budget_s=args.budget_s,
             fresh_check=not args.no_fresh_check,
             verbose=args.verbose,
-            say=functools.partial(print, flush=True),
+            say=say,
             render=markdown,
             summary=summarise,
             options={k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},

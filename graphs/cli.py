@@ -167,22 +167,22 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from sandbox.config import make_sandbox
+    from sandbox.config import job_machine, make_sandbox
     from sandbox.protocol import TimingConfig
-    from tools.device import device_memory_bytes, resolve_device
     from tools.evaluation import evaluate, read_candidate
     from tools.problem import load_problem
 
-    device = resolve_device(args.device)
+    sandbox = sandbox_config(args)
+    device, available_bytes = job_machine(sandbox, args.device)
     problem = load_problem(resolve_problem(args.problem))
     source = read_candidate(args.candidate)
     references = tuple(r for r in ("eager", "compile") if not (r == "compile" and args.no_compile))
     evaluation = evaluate(
         problem,
         source,
-        sandbox=make_sandbox(sandbox_config(args)),
+        sandbox=make_sandbox(sandbox),
         device=device,  # type: ignore[arg-type]
-        available_bytes=device_memory_bytes(device),
+        available_bytes=available_bytes,
         candidate_name=str(args.candidate),
         policy=args.policy,
         references=references,
@@ -247,15 +247,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     from graphs.config import Budgets, RunConfig
     from graphs.launch import stream_run
     from graphs.runs import create_run, runs_root
+    from sandbox.config import job_machine
     from sandbox.protocol import TimingConfig
-    from tools.device import resolve_device
     from tools.problem import load_problem
 
     problem = load_problem(resolve_problem(args.problem))
+    sandbox = sandbox_config(args)
     try:
         config = RunConfig(
             problem=str(problem.path),
-            device=resolve_device(args.device),  # type: ignore[arg-type]
+            device=job_machine(sandbox, args.device)[0],  # type: ignore[arg-type]
             policy=args.policy,
             model=args.model,
             base_url=args.base_url,
@@ -265,7 +266,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             budgets=Budgets(
                 wall_s=args.max_wall, tokens=args.max_tokens, dollars=args.max_dollars, gpu_s=args.max_gpu_s
             ),
-            sandbox=sandbox_config(args),
+            sandbox=sandbox,
             compile_reference=not args.no_compile,
             timing=TimingConfig(hide_launch=not args.count_launch),
         )
@@ -286,9 +287,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _finish(paths, stream_run(config, paths, resume=False, on_update=_progress()))
 
 
+def say(text: str) -> None:
+    """A batch's progress line. A module function, not ``partial(print)``: the settings that carry it are
+    pickled to each problem's process, and a Ray driver may have replaced ``builtins.print``
+    (``ray.experimental.tqdm_ray``), which then no longer pickles."""
+    print(text, flush=True)
+
+
 def cmd_batch(args: argparse.Namespace) -> int:
     """`kforge batch`: one agent graph per problem of a folder or glob, `--parallel` at once; one table."""
-    import functools
     import shlex
 
     from pydantic import ValidationError
@@ -296,8 +303,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
     from graphs.batch import BatchSettings, discover, merge, run_batch
     from graphs.config import Budgets, RunConfig
     from graphs.runs import runs_root
+    from sandbox.config import job_machine
     from sandbox.protocol import TimingConfig
-    from tools.device import resolve_device
 
     runs_dir = runs_root(args.runs_dir)
     out = Path(args.out) if args.out else runs_dir
@@ -307,10 +314,11 @@ def cmd_batch(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.parallel < 1:
         raise ConfigError("--parallel: must be at least 1")
+    sandbox = sandbox_config(args)
     try:
         base = RunConfig(
             problem="",  # each problem's own path replaces it
-            device=resolve_device(args.device),  # type: ignore[arg-type]
+            device=job_machine(sandbox, args.device)[0],  # type: ignore[arg-type]
             policy=args.policy,
             model=args.model,
             base_url=args.base_url,
@@ -318,7 +326,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
             ideas=args.ideas,
             repair_attempts=args.repairs,
             budgets=Budgets(wall_s=args.max_wall, tokens=args.max_tokens, dollars=args.max_dollars),
-            sandbox=sandbox_config(args),
+            sandbox=sandbox,
             compile_reference=not args.no_compile,
             n_checks=args.checks,
             timing=TimingConfig(
@@ -339,7 +347,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         budget_s=args.budget_s,
         fresh_check=args.fresh_check,
         verbose=args.verbose,
-        say=functools.partial(print, flush=True),
+        say=say,
         options={k: v for k, v in vars(args).items() if k != "func"},
     )
     print(f"batch: {len(problems)} problem(s), {args.parallel} at a time, runs in {runs_dir}", flush=True)

@@ -16,15 +16,14 @@ from agents.base import RoleContext
 from graphs.builder import build_graph
 from graphs.config import RunConfig
 from graphs.runs import RunPaths, checkpointer, load_state, thread_config
-from sandbox.config import make_sandbox
-from tools.device import device_memory_bytes
+from sandbox.config import job_memory_bytes, make_sandbox
 from tools.problem import load_problem
 
 log = structlog.get_logger(__name__)
 
 
 def make_context(config: RunConfig, paths: RunPaths) -> RoleContext:
-    extras: dict[str, Any] = {"available_bytes": device_memory_bytes(config.device)}
+    extras: dict[str, Any] = {"available_bytes": job_memory_bytes(config.sandbox, config.device)}
     if config.model != "builtin":
         from agents.llm import ChatSession
         from agents.models import parse_model

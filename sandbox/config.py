@@ -105,6 +105,33 @@ class Sandbox(Protocol):
         ...
 
 
+def job_machine(config: AnySandboxConfig, device: str) -> tuple[str, int]:
+    """The device jobs run on ('auto' resolved) and the memory one job may use, where this sandbox runs them.
+
+    The local and docker backends run jobs on this machine; the Ray backend asks its cluster, so a machine
+    without a GPU can drive a cluster that has them. A bad or impossible choice is a one-line error.
+    """
+    if config.type == "ray":
+        from sandbox.ray import cluster_machine
+
+        return cluster_machine(config, device)
+    from tools.device import device_memory_bytes, resolve_device
+
+    resolved = resolve_device(device)
+    return resolved, device_memory_bytes(resolved)
+
+
+def job_memory_bytes(config: AnySandboxConfig, device: str) -> int:
+    """The memory one job on ``device`` (already resolved) may use, where this sandbox runs jobs."""
+    if config.type == "ray":
+        from sandbox.ray import cluster_machine
+
+        return cluster_machine(config, device)[1]
+    from tools.device import device_memory_bytes
+
+    return device_memory_bytes(device)
+
+
 def make_sandbox(config: AnySandboxConfig | None = None) -> Sandbox:
     config = config or LocalSandboxConfig()
     if config.type == "local":

@@ -37,7 +37,14 @@ from tools.errors import ConfigError, EnvironmentProblem, SandboxError
 
 try:
     import ray
-    from ray.exceptions import NodeDiedError, OutOfMemoryError, RayError, RayTaskError, WorkerCrashedError
+    from ray.exceptions import (
+        GetTimeoutError,
+        NodeDiedError,
+        OutOfMemoryError,
+        RayError,
+        RayTaskError,
+        WorkerCrashedError,
+    )
 except ImportError as exc:
     raise EnvironmentProblem(f"the ray sandbox needs Ray ({exc}): pip install 'kernelforge[ray]'") from exc
 
@@ -76,6 +83,85 @@ def _probe(address: str) -> None:
             pass
     except (OSError, ValueError) as exc:
         raise EnvironmentProblem(f"no Ray cluster answers at {address}: {exc}") from exc
+
+
+def connect(config: RaySandboxConfig) -> None:
+    """Join the cluster as its driver (once per process); a one-line error where none answers."""
+    if ray.is_initialized():
+        return
+    address = config.address
+    if address and "://" not in address and ":" in address:
+        _probe(address)
+    try:
+        # Job output is in each result's tails; the workers' own logs stay on their nodes.
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+    except ConnectionError as exc:
+        where = address or os.environ.get("RAY_ADDRESS") or "this machine"
+        raise EnvironmentProblem(f"cannot connect to the Ray cluster at {where}: {exc}") from exc
+    log.info("ray_connected", address=address, resources=ray.cluster_resources())
+
+
+@ray.remote(max_calls=1)
+def _gpu_facts() -> dict[str, Any]:
+    """What the GPU Ray gave this task is: asked of nvidia-smi (or torch), so no CUDA context is made."""
+    from tools.device import device_memory_bytes, visible_gpus
+
+    gpus = visible_gpus()
+    return {
+        "node": ray.get_runtime_context().get_node_id(),
+        "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "gpus": [g.name for g in gpus],
+        "memory_bytes": device_memory_bytes("cuda") if gpus else None,
+    }
+
+
+_MACHINES: dict[tuple[str, str], tuple[str, int]] = {}
+
+
+def cluster_machine(config: RaySandboxConfig, device: str, probe_timeout_s: float = 120.0) -> tuple[str, int]:
+    """The device a job gets on the cluster ('auto': cuda where a node has a GPU) and the memory it may use.
+
+    For CUDA one GPU of the cluster is asked, by a task that takes it as a job would, for its memory; a
+    node that offers Ray a GPU its processes cannot see is an error here, not in every job. Answers are kept
+    for the process (a run and its batch ask more than once). A cluster of mixed GPU models is not told apart.
+    """
+    if device not in ("cuda", "cpu", "auto"):
+        raise ConfigError(f"unknown device {device!r}: use cuda, cpu or auto")
+    key = (config.model_dump_json(), device)
+    if key in _MACHINES:
+        return _MACHINES[key]
+    connect(config)
+    where = config.address or os.environ.get("RAY_ADDRESS") or "this machine"
+    nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
+    gpu_nodes = [n for n in nodes if n.get("GPU", 0.0) >= 1 and n.get("CPU", 0.0) >= config.cpus_per_job]
+    resolved = ("cuda" if gpu_nodes else "cpu") if device == "auto" else device
+    if resolved == "cpu":
+        cpu_nodes = [n for n in nodes if n.get("CPU", 0.0) >= config.cpus_per_job]
+        if not cpu_nodes:
+            raise EnvironmentProblem(
+                f"no node of the Ray cluster at {where} has {config.cpus_per_job:g} CPU(s) for a job"
+            )
+        # Ray's "memory" resource: what a node lets its tasks use; a job may land on the smallest of them.
+        machine = ("cpu", int(min(n.get("memory", 0.0) for n in cpu_nodes)))
+    else:
+        if not gpu_nodes:
+            raise EnvironmentProblem(f"--device cuda: no node of the Ray cluster at {where} has a GPU for a job")
+        task = _gpu_facts.options(num_gpus=1, num_cpus=config.cpus_per_job, max_retries=config.max_retries)
+        try:
+            facts = ray.get(task.remote(), timeout=probe_timeout_s)
+        except GetTimeoutError as exc:
+            raise EnvironmentProblem(
+                f"no GPU of the Ray cluster at {where} was free within {probe_timeout_s:g} s to report its memory"
+            ) from exc
+        if facts["memory_bytes"] is None:
+            raise EnvironmentProblem(
+                f"node {facts['node'][:12]} of the Ray cluster at {where} offers a GPU, but a task given it sees "
+                f"none (CUDA_VISIBLE_DEVICES={facts['visible']!r}): check the node's driver and `ray start --num-gpus`"
+            )
+        log.info("ray_gpu_probed", node=facts["node"], gpus=facts["gpus"], memory_bytes=facts["memory_bytes"])
+        machine = ("cuda", int(facts["memory_bytes"]))
+    _MACHINES[key] = machine
+    return machine
 
 
 class _TaskSandbox(LocalSandbox):
@@ -124,17 +210,8 @@ class RaySandbox:
             self._connect()
 
     def _connect(self) -> None:
-        address = self.config.address
-        if address and "://" not in address and ":" in address:
-            _probe(address)
-        try:
-            # Job output is in each result's tails; the workers' own logs stay on their nodes.
-            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
-        except ConnectionError as exc:
-            where = address or os.environ.get("RAY_ADDRESS") or "this machine"
-            raise EnvironmentProblem(f"cannot connect to the Ray cluster at {where}: {exc}") from exc
+        connect(self.config)
         self._connected_here = True
-        log.info("ray_connected", address=address, resources=ray.cluster_resources())
 
     def close(self) -> None:
         """Disconnect from the cluster, if this sandbox connected; jobs still running are cancelled."""

@@ -94,8 +94,9 @@ class LocalRayCluster:
         for i in range(self.n_workers):
             self.add_worker(f"worker{i}")
 
-    def add_worker(self, name: str) -> None:
-        """Start a one-CPU worker node and wait until it is up; once more if it fails to start.
+    def add_worker(self, name: str, gpus: int = 0) -> None:
+        """Start a one-CPU worker node offering Ray ``gpus`` GPUs, and wait until it is up; once more if it
+        fails to start.
 
         One at a time: on a loaded two-core machine a raylet can miss Ray's fixed 30 s registration
         window when several start together.
@@ -103,7 +104,7 @@ class LocalRayCluster:
         args = [
             f"--address={self.address}",
             "--num-cpus=1",
-            "--num-gpus=0",
+            f"--num-gpus={gpus}",
             f"--resources={json.dumps({f'kforge_test_{name}': 1})}",
             f"--dashboard-agent-listen-port={free_port()}",
         ]

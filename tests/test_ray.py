@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from sandbox.config import RaySandboxConfig
 from sandbox.protocol import EvalJob, TimingConfig
 from tests.conftest import CANDIDATES, PROBLEMS
 from tests.ray_cluster import LocalRayCluster, free_port, ray_cluster
@@ -148,6 +149,38 @@ def test_a_cuda_job_on_a_cluster_without_a_gpu_fails_at_once(cluster: LocalRayCl
     job = eval_job("softmax_small", "softmax_cpu").model_copy(update={"device": "cuda"})
     with pytest.raises(EnvironmentProblem, match="no node of the Ray cluster has a GPU"):
         RaySandbox(RaySandboxConfig(address=cluster.address)).run(job)
+
+
+def test_a_driver_without_a_gpu_asks_the_cluster_for_one(cluster: LocalRayCluster, kforge_cache: Path) -> None:
+    from tests.test_cli import kforge
+
+    # This machine has no GPU either: the error names the cluster, so the check was the cluster's.
+    args = ["eval", "softmax_small", str(CANDIDATES / "softmax_cpu.py"), "--device", "cuda", "--sandbox", "ray"]
+    proc = kforge(kforge_cache, *args, "--ray-address", cluster.address)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert f"no node of the Ray cluster at {cluster.address} has a GPU" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_auto_picks_the_clusters_device_and_its_memory(cluster: LocalRayCluster) -> None:
+    from sandbox.config import RaySandboxConfig, job_machine
+
+    device, memory = job_machine(RaySandboxConfig(address=cluster.address), "auto")
+    assert device == "cpu" and memory > 0  # the workers offer CPUs and memory, no GPU
+
+
+def test_a_node_offering_a_gpu_its_tasks_cannot_see_is_one_clear_error(cluster: LocalRayCluster) -> None:
+    from sandbox.ray import cluster_machine
+    from tools.errors import EnvironmentProblem
+
+    # `ray start --num-gpus=1` on a machine without one: Ray believes it, CUDA does not.
+    cluster.add_worker("gpu0", gpus=1)
+    try:
+        config = RaySandboxConfig(address=cluster.address, cpus_per_job=1)
+        with pytest.raises(EnvironmentProblem, match="offers a GPU, but a task given it sees none"):
+            cluster_machine(config, "cuda", probe_timeout_s=120)
+    finally:
+        cluster.kill("gpu0")
 
 
 NO_RAY = """

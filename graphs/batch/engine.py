@@ -31,7 +31,7 @@ from graphs.batch.table import Render, Summarise, markdown, write_outputs, x
 from graphs.config import RunConfig
 from graphs.runs import RunPaths, _git_commit, create_run, load_state
 from graphs.state import best_candidate
-from tools.device import device_memory_bytes
+from sandbox.config import job_memory_bytes
 from tools.errors import ProblemError
 from tools.problem import Problem, check_fits, load_problem
 
@@ -152,7 +152,7 @@ class Batch:
             log.info("problem_not_loadable", problem=name, exc_info=True)
             return failed_row(name, path, "skipped", reason_for(exc, self.base.device, path))
         try:
-            check_fits(problem.info, self.base.device, device_memory_bytes(self.base.device))
+            check_fits(problem.info, self.base.device, job_memory_bytes(self.base.sandbox, self.base.device))
         except ProblemError as exc:
             return failed_row(name, path, "skipped", reason_for(exc, self.base.device, path), problem)
         config = self.base.model_copy(update={"problem": str(path)})

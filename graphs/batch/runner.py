@@ -28,8 +28,7 @@ from graphs.launch import stream_run
 from graphs.logs import configure_logging
 from graphs.runs import RunPaths, load_state
 from graphs.state import best_candidate
-from sandbox.config import make_sandbox
-from tools.device import device_memory_bytes
+from sandbox.config import job_memory_bytes, make_sandbox
 from tools.evaluation import evaluate
 from tools.paths import flocked
 from tools.problem import Problem, load_problem
@@ -111,7 +110,7 @@ def fresh_check(problem: Problem, source: str, config: RunConfig) -> dict[str, A
             source,
             sandbox=sandbox,
             device=config.device,
-            available_bytes=device_memory_bytes(config.device),
+            available_bytes=job_memory_bytes(config.sandbox, config.device),
             candidate_name="best/model_new.py",
             policy=config.policy,
             references=("eager",),
