@@ -42,10 +42,10 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from agents.builtin.catalog import render  # noqa: E402
-from bench.host_device_split import measure, points_for  # noqa: E402
+from bench.host_device_split import measure, on_the_gpu, points_for  # noqa: E402
 from sandbox.local import LocalSandbox  # noqa: E402
 from sandbox.protocol import EvalJob, TimingConfig  # noqa: E402
-from tools.problem import build_model, exec_source, load_problem, make_inputs  # noqa: E402
+from tools.problem import build_model, exec_source, make_inputs  # noqa: E402
 from tools.runtime_checks import AuditWatch  # noqa: E402
 from tools.timing import CudaTimer, refresher, time_interleaved  # noqa: E402
 
@@ -153,11 +153,7 @@ def main() -> None:
     parser.add_argument("--json", help="also write every measurement here")
     args = parser.parse_args()
 
-    device = torch.device("cuda", torch.cuda.current_device())
-    problem = load_problem(args.problem)
-    init = list(problem.module.get_init_inputs())
-    reference = build_model(problem.module.Model, init, device, seed=0)
-    inputs = make_inputs(problem.module.get_inputs, device, seed=1)
+    device, problem, init, reference, inputs = on_the_gpu(args.problem)
     refresh = refresher(lambda k: make_inputs(problem.module.get_inputs, device, 1000 + k), inputs)
     timers = [CudaTimer(device, hold_ms=0), CudaTimer(device)]
     compiled = torch.compile(reference)

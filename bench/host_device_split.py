@@ -47,7 +47,7 @@ from agents.builtin.catalog import TEMPLATES, render, seeds  # noqa: E402
 from agents.builtin.recognise import analyse  # noqa: E402
 from bench.kernel_variants import COPY_BYTES_PER_S  # noqa: E402
 from tools.correctness import compare, flatten_outputs  # noqa: E402
-from tools.problem import build_model, exec_source, load_problem, make_inputs  # noqa: E402
+from tools.problem import Problem, build_model, exec_source, load_problem, make_inputs  # noqa: E402
 from tools.runtime_checks import AuditWatch  # noqa: E402
 from tools.timing import CudaTimer  # noqa: E402
 
@@ -122,6 +122,15 @@ def measure(
     }
 
 
+def on_the_gpu(problem_path: str) -> tuple[torch.device, Problem, list[Any], torch.nn.Module, list[Any]]:
+    """The problem loaded, its reference built (seed 0) and one input set made (seed 1) on the current GPU."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    problem = load_problem(problem_path)
+    init = list(problem.module.get_init_inputs())
+    reference = build_model(problem.module.Model, init, device, seed=0)
+    return device, problem, init, reference, make_inputs(problem.module.get_inputs, device, seed=1)
+
+
 def after_eager(reference: Callable[..., Any], inputs: list[Any], warm_host_us: float) -> None:
     reference(*inputs)
     if warm_host_us:
@@ -157,11 +166,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    device = torch.device("cuda", torch.cuda.current_device())
-    problem = load_problem(args.problem)
-    init = list(problem.module.get_init_inputs())
-    reference = build_model(problem.module.Model, init, device, seed=0)
-    inputs = make_inputs(problem.module.get_inputs, device, seed=1)
+    device, problem, init, reference, inputs = on_the_gpu(args.problem)
     with torch.no_grad():
         expected = [t.clone() for t in flatten_outputs(reference(*inputs))]
     floor_us = problem.info.bytes_moved / COPY_BYTES_PER_S * 1e6
