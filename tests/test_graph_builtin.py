@@ -54,7 +54,10 @@ def run_graph(ctx: RoleContext) -> dict[str, Any]:
 def test_builtin_team_finds_a_verified_speedup_on_the_cpu_softmax(tmp_path: Path) -> None:
     # patience=3: every round runs even when CPU timing under load puts rounds 1 and 2 within noise of the
     # reference (the plateau stop is tested in test_checks.py); checked here: the tree search and its output.
-    state = run_graph(context(tmp_path, "softmax_small", rounds=3, ideas=2, patience=3))
+    # No torch.compile reference: a candidate's speedup over it scales by the baseline job's compile/eager
+    # ratio, taken in another job, which CI's load once skewed fivefold (compile is slower than eager on the
+    # CPU twins anyway); against eager alone both times come from the same interleaved job.
+    state = run_graph(context(tmp_path, "softmax_small", rounds=3, ideas=2, patience=3, compile_reference=False))
     assert state["round"] == 3, state.get("stop_reason")
     assert state["stop_reason"] == "completed 3 rounds"
     candidates = state["candidates"]
