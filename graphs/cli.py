@@ -77,14 +77,14 @@ def render(evaluation) -> str:
         )
     if r.timing:
         t = r.timing
+        host = t.method == "cuda_events"  # on the CPU the host's time is the time: no mode, no host column
         mode = ""
-        if t.method == "cuda_events":
+        if host:
             mode = ", launch hidden (GPU work of each call)" if t.launch_hidden else ", host launch counted"
         lines.append(
             f"  timing       {t.method}{mode}, interleaved, fresh input values for each of {t.input_sets} trials, "
             f"{t.flush_bytes >> 20} MiB flushed before each call"
         )
-        host = t.method == "cuda_events"  # on the CPU the host's time is the time
         lines.append(
             f"    {'':10} {'median ms':>10} {'p10':>9} {'p90':>9} {'spread':>7} {'trials':>7} {'% roofline':>10}"
             + (f" {'host ms':>9}" if host else "")
