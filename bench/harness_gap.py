@@ -115,7 +115,7 @@ def waits(
     }
     out = {}
     for step, between in before.items():
-        m = measure(candidate, inputs, timer, trials, burst=5, between=between)
+        m = measure(candidate, inputs, (timer, None), trials, burst=5, between=between)
         out[step] = {"median_us": m["call_us"], "host_us": m["synced_host_us"], "device_us": m["device_us"]}
     return out
 

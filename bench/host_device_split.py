@@ -14,6 +14,9 @@ GPU's. For the eager reference and every point this prints a Markdown row of med
 - host: the wall time of the same burst per call, the time Python and the launches take to enqueue;
 - host after sync: the wall time of the call itself inside the harness's measure (right after a
   synchronisation, as every timed call runs).
+- held: the harness's measure now (``CudaTimer(hold_ms=1.0)``: L2 flushed, the stream held while the host
+  enqueues the call, events around its GPU work); ``--flush write`` flushes as the harness did before
+  (``zero_`` of a buffer twice the L2, which leaves it full of dirty lines for the timed call to write back).
 
 ``--after-eager`` calls the reference, untimed, before each timed call of a point (the harness's trials
 interleave the contenders, so another one's work always comes between two calls of one).
@@ -31,6 +34,7 @@ import argparse
 import contextlib
 import itertools
 import json
+import math
 import statistics
 import sys
 import time
@@ -81,11 +85,14 @@ def points_for(problem_path: str, named: list[str], sweep: list[str]) -> list[Po
 def measure(
     fn: Callable[..., Any],
     inputs: list[Any],
-    timer: CudaTimer,
+    timers: tuple[CudaTimer, CudaTimer | None],
     calls: int,
     burst: int,
     between: Callable[[], Any] | None = None,
 ) -> dict[str, float]:
+    """Medians of the measures above; ``timers``: the synced one (launch counted), then the held one (None: no
+    held measure, ``held_us`` is NaN)."""
+    timer, held = timers
     for _ in range(10):
         fn(*inputs)
     call_us, synced_host_us = [], []
@@ -101,6 +108,12 @@ def measure(
             between()
         timer.flush()
         call_us.append(timer.time_call(host_timed, inputs).ms * 1000)
+    held_us = []
+    for _ in range(calls if held is not None else 0):
+        if between is not None:
+            between()
+        held.flush()
+        held_us.append(held.time_call(fn, inputs).ms * 1000)
     device_us, host_us = [], []
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for _ in range(5):
@@ -116,6 +129,7 @@ def measure(
         device_us.append(start.elapsed_time(end) * 1000 / burst)
     return {
         "call_us": statistics.median(call_us),
+        "held_us": statistics.median(held_us) if held_us else math.nan,
         "device_us": statistics.median(device_us),
         "host_us": statistics.median(host_us),
         "synced_host_us": statistics.median(synced_host_us),
@@ -164,19 +178,27 @@ def main() -> None:
         help="call the eager reference (untimed) before each timed call of a point, as the harness's interleaved "
         "trials put other contenders between two calls of one",
     )
+    parser.add_argument(
+        "--flush",
+        choices=("read", "write"),
+        default="read",
+        help="how the L2 is flushed before each timed call (tools.timing.CudaTimer): read a buffer twice its size "
+        "(the harness's default), or write one (the harness before)",
+    )
     args = parser.parse_args()
 
     device, problem, init, reference, inputs = on_the_gpu(args.problem)
     with torch.no_grad():
         expected = [t.clone() for t in flatten_outputs(reference(*inputs))]
     floor_us = problem.info.bytes_moved / COPY_BYTES_PER_S * 1e6
-    timer = CudaTimer(device, hold_ms=0)
+    timers = (CudaTimer(device, hold_ms=0, flush=args.flush), CudaTimer(device, hold_ms=1.0, flush=args.flush))
     print(
         f"{problem.info.name} on {torch.cuda.get_device_name(device)}, torch {torch.__version__}; "
-        f"copy floor {floor_us:.1f} µs ({problem.info.bytes_moved / 2**20:.0f} MiB moved)\n"
+        f"copy floor {floor_us:.1f} µs ({problem.info.bytes_moved / 2**20:.0f} MiB moved); "
+        f"L2 flushed by a {args.flush}\n"
     )
     columns = ("call µs", "device µs", "host µs", "host after sync µs", "call − device", "vs eager (call)")
-    columns += ("% floor (call)", "% floor (device)")
+    columns += ("% floor (call)", "% floor (device)", "held µs", "% floor (held)")
     print(f"| contender | {' | '.join(columns)} |\n|---|{'---|' * len(columns)}")
     rows: list[dict[str, Any]] = []
 
@@ -185,7 +207,8 @@ def main() -> None:
         print(
             f"| {name} | {m['call_us']:.1f} | {m['device_us']:.1f} | {m['host_us']:.1f} | {m['synced_host_us']:.1f} | "
             f"{m['call_us'] - m['device_us']:.1f} | {eager_us / m['call_us']:.3f}× | "
-            f"{100 * floor_us / m['call_us']:.1f}% | {100 * floor_us / m['device_us']:.1f}% |",
+            f"{100 * floor_us / m['call_us']:.1f}% | {100 * floor_us / m['device_us']:.1f}% | "
+            f"{m['held_us']:.1f} | {100 * floor_us / m['held_us']:.1f}% |",
             flush=True,
         )
 
@@ -194,7 +217,7 @@ def main() -> None:
         audit = AuditWatch(candidate_file="<no candidate file>").on()
         print("(timed with the worker's audit hook installed and on)\n")
     with torch.no_grad(), audit:
-        eager = measure(reference, inputs, timer, args.calls, args.burst)
+        eager = measure(reference, inputs, timers, args.calls, args.burst)
         report("eager", eager, eager["call_us"])
         shape_facts = ("spec", "op", "eps")
         for template, params in points_for(args.problem, args.point, args.sweep):
@@ -203,7 +226,7 @@ def main() -> None:
             try:
                 TEMPLATES[template].normalise(dict(params))
             except ValueError as exc:
-                print(f"| {name} | not a point of the template: {exc} | | | | | | | |")
+                print(f"| {name} | not a point of the template: {exc} | | | | | | | | | |")
                 continue
             try:
                 module = exec_source(render(template, params, "cuda"), f"<{template}>", "candidate")
@@ -211,12 +234,12 @@ def main() -> None:
                 candidate.load_state_dict(reference.state_dict(), strict=False)
                 check = compare(candidate(*inputs), expected, None, "relaxed", seed=1)
                 if not check.passed:
-                    print(f"| {name} | wrong output: {check.reason} | | | | | | | |")
+                    print(f"| {name} | wrong output: {check.reason} | | | | | | | | | |")
                     continue
                 between = (lambda: after_eager(reference, inputs, args.warm_host_us)) if args.after_eager else None
-                report(name, measure(candidate, inputs, timer, args.calls, args.burst, between), eager["call_us"])
+                report(name, measure(candidate, inputs, timers, args.calls, args.burst, between), eager["call_us"])
             except Exception as exc:  # one failing point is a row of the table, not the end of the sweep
-                print(f"| {name} | failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]} | | | | | | | |")
+                print(f"| {name} | failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]} | | | | | | | | | |")
     if args.json:
         Path(args.json).write_text(json.dumps({"problem": args.problem, "floor_us": floor_us, "rows": rows}, indent=1))
 

@@ -457,6 +457,6 @@ def test_cuda_matmuls_of_transposed_n_d_and_einsum_inputs_are_correct(tmp_path: 
     for name in ("both", "three_d", "einsum"):
         problem = load_problem(tmp_path / f"{name}.py")
         shape = builtin.analyse(problem.info)
-        for template in ("matmul_cuda_tiled", "matmul_cuda_mma"):
+        for template in ("matmul_cuda_tiled", "matmul_cuda_simt", "matmul_cuda_mma"):
             t = TEMPLATES[template]
             assert_correct(problem, template, t.normalise({**t.defaults(), **shape.extras()}), "cuda", sandbox)

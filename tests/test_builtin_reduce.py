@@ -216,11 +216,11 @@ def test_the_problem_files_and_the_suite(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("name", "floats_per_thread"),
-    [("sum_lastdim_4096x16384", 64), ("max_lastdim_256x256x1024", 64), ("argmax_lastdim_8192x8192", 256)],
+    [("sum_lastdim_4096x16384", 64), ("max_lastdim_256x256x1024", 64), ("argmax_lastdim_8192x8192", 64)],
 )
 def test_first_cuda_seed_of_a_contiguous_reduction(name: str, floats_per_thread: int) -> None:
-    # The H200 sweep in bench/RESULTS.md: 256-thread blocks, 4 float4 loads in flight, ~64 floats a thread
-    # (~256 for argmax / argmin); groups of 512-1024 threads a row ran 1.2-2.5x slower on the GPU.
+    # The H200 sweeps in bench/RESULTS.md: 256-thread blocks, 4 float4 loads in flight, ~64 floats a thread
+    # (argmax too); groups of 512-1024 threads a row ran 1.2-2.5x slower on the GPU.
     s = builtin.analyse(load_problem(PROBLEMS / "suite" / f"{name}.py").info)
     template, p = seeds(s, "cuda")[0]
     assert template == "reduce_cuda_rows" and (p["block"], p["unroll"]) == (256, 4)
@@ -393,30 +393,81 @@ CPU_POINTS = [  # every threading mode, both vector widths, unroll 1 to 4, small
 ]
 
 
+# CUDA points: every group size class (sub-warp, warp, several warps), split rows, scalar loads; strided dims with
+# one and several threads down a column, splits, scalar columns.
+CUDA_POINTS = {
+    "reduce_cuda_rows": [
+        {"tpr": 32, "block": 256, "unroll": 4},
+        {"tpr": 1024, "block": 1024, "split": 8},
+        {"tpr": 4, "block": 128, "vec4": False},
+        {"tpr": 128, "block": 256, "unroll": 2, "split": 4},
+    ],
+    "reduce_cuda_inner": [
+        {"bx": 32, "by": 4},
+        {"bx": 64, "by": 1, "split": 4},
+        {"bx": 16, "by": 8, "vec4": False, "split": 2},
+    ],
+}
+
+
+def _hard_inputs(op: str, shape: tuple[int, ...], device: str = "cpu") -> list[torch.Tensor]:
+    """Random values; for the extreme and index ops also ties, NaNs among ties, all -inf and all +inf."""
+    inputs = [torch.randn(shape)]
+    if op not in ("sum", "mean"):
+        ties = torch.randint(0, 3, shape).float()  # many equal values: the first index must win
+        with_nan = ties.clone()
+        with_nan.view(-1)[torch.randperm(with_nan.numel())[:5]] = float("nan")
+        inputs += [ties, with_nan, torch.full(shape, float("-inf")), torch.full(shape, float("inf"))]
+    return [x.to(device) for x in inputs]
+
+
+def _assert_reduces_like_torch(
+    model: torch.nn.Module, op: str, x: torch.Tensor, dims: Any, keepdim: bool, rtol: float = 1e-5
+) -> None:
+    """Indices and extremes exactly; sums and means to ``rtol`` (fp32 sums in another order differ)."""
+    got, want = model(x), _reference(op, x, dims, keepdim)
+    assert got.shape == want.shape and got.dtype == want.dtype, (op, x.shape, dims)
+    if op.startswith("arg"):
+        assert torch.equal(got, want), (op, x.shape, dims, x.flatten()[:12])
+    elif op in ("max", "min"):
+        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    else:
+        torch.testing.assert_close(got, want, rtol=rtol, atol=1e-4, equal_nan=True)
+
+
+def _layouts(op: str) -> list[tuple[tuple[int, ...], Any, bool, str]]:
+    """LAYOUTS that the op takes (torch's argmax takes one dim or none), each with its spec."""
+    out = []
+    for shape, dims, keepdim in LAYOUTS:
+        if op.startswith("arg") and dims is not None and len(dims) > 1:
+            continue
+        strided = split_dims(shape, dims)[2] > 1
+        out.append((shape, dims, keepdim, json.dumps({"dims": dims, "keepdim": keepdim, "strided": strided})))
+    return out
+
+
 @pytest.mark.parametrize("op", OPS)
 def test_cpu_reductions_match_torch_on_ties_nan_and_inf(op: str) -> None:
     torch.manual_seed(0)
-    arg = op.startswith("arg")
-    for shape, dims, keepdim in LAYOUTS:
-        if arg and dims is not None and len(dims) > 1:
-            continue  # torch's argmax takes one dim or none
-        strided = split_dims(shape, dims)[2] > 1
-        spec = json.dumps({"dims": dims, "keepdim": keepdim, "strided": strided})
+    for shape, dims, keepdim, spec in _layouts(op):
         for point in CPU_POINTS:
             model = _cpu_model("reduce_cpu", {**point, "op": op, "spec": spec}, 1)
-            inputs = [torch.randn(shape)]
-            if op not in ("sum", "mean"):
-                ties = torch.randint(0, 3, shape).float()  # many equal values: the first index must win
-                with_nan = ties.clone()
-                with_nan.view(-1)[torch.randperm(with_nan.numel())[:5]] = float("nan")
-                inputs += [ties, with_nan, torch.full(shape, float("-inf")), torch.full(shape, float("inf"))]
-            for x in inputs:
-                got, want = model(x), _reference(op, x, dims, keepdim)
-                assert got.shape == want.shape and got.dtype == want.dtype, (op, shape, dims, point)
-                if arg:
-                    assert torch.equal(got, want), (op, shape, dims, point, x.flatten()[:12])
-                else:
-                    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4, equal_nan=True)
+            for x in _hard_inputs(op, shape):
+                _assert_reduces_like_torch(model, op, x, dims, keepdim)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+def test_cuda_reductions_match_torch_on_ties_nan_and_inf(op: str) -> None:
+    torch.manual_seed(0)
+    for shape, dims, keepdim, spec in _layouts(op):
+        template = "reduce_cuda_inner" if json.loads(spec)["strided"] else "reduce_cuda_rows"
+        for point in CUDA_POINTS[template]:
+            src = builtin.render(template, {**point, "op": op, "spec": spec}, "cuda")
+            model = import_source(src, f"<{template}>", "candidate").ModelNew()
+            for x in _hard_inputs(op, shape, "cuda"):
+                # A 70000-element fp32 sum in the GPU's order is ~4e-5 relative from torch's: rtol 1e-4.
+                _assert_reduces_like_torch(model, op, x, dims, keepdim, rtol=1e-4)
 
 
 def test_cpu_mean_and_sum_are_accurate_against_float64() -> None:

@@ -11,7 +11,7 @@ import random
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -55,10 +55,13 @@ class CudaTimer:
 
     method = "cuda_events"
 
-    def __init__(self, device: torch.device, hold_ms: float = 1.0) -> None:
+    def __init__(self, device: torch.device, hold_ms: float = 1.0, flush: Literal["read", "write"] = "read") -> None:
         props = torch.cuda.get_device_properties(device)
         self.flush_bytes = max(2 * props.L2_cache_size, 64 << 20)
-        self._flush_buf = torch.empty(self.flush_bytes // 4, dtype=torch.float32, device=device)
+        self._flush_buf = torch.zeros(self.flush_bytes // 4, dtype=torch.float32, device=device)
+        self._flush_sink = torch.empty((), dtype=torch.float32, device=device)
+        self._flush_mode = flush
+        self._sum = torch.sum  # bound now, like the clocks: a candidate that patches torch.sum keeps the flush
         self._stream = torch.cuda.current_stream(device)
         self._start = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)
@@ -90,7 +93,16 @@ class CudaTimer:
         return max(1, int(probe * ms / max(min(elapsed), 1e-3)))
 
     def flush(self) -> None:
-        self._flush_buf.zero_()
+        """Evict the L2: read a buffer twice its size (the default), or write one (``flush="write"``).
+
+        A write leaves the L2 full of dirty lines, and the timed call, whose reads evict them, pays for
+        their write-back to memory; a read leaves clean lines, evicted for free (bench/RESULTS.md, "What
+        the cache flush costs the call after it").
+        """
+        if self._flush_mode == "write":
+            self._flush_buf.zero_()
+        else:
+            self._sum(self._flush_buf, dim=0, out=self._flush_sink)
 
     def synchronize(self) -> None:
         self._sync()

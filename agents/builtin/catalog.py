@@ -20,6 +20,7 @@ from agents.builtin import (
     templates_cuda_mma,
     templates_cuda_onchip,
     templates_layernorm_cuda,
+    templates_matmul_simt,
 )
 from agents.builtin.recognise import Shape
 from agents.builtin.recognise_reduce import NORMS
@@ -219,6 +220,16 @@ def _matmul_cuda_text(p: Params) -> str:
     return (
         f"shared-memory tiled SIMT GEMM, {p['bm']}x{p['bn']} block tile, BK={p['bk']}, {threads} threads each "
         f"holding a {p['tm']}x{p['tn']} fp32 micro-tile"
+    )
+
+
+def _matmul_simt_text(p: Params) -> str:
+    threads = templates_matmul_simt.threads(p)
+    return (
+        f"pipelined SIMT GEMM (fp32 FFMA, no tensor cores), {p['bm']}x{p['bn']} block tile, BK={p['bk']}, "
+        f"{threads} threads of {p['tm']}x{p['tn']} outputs in four quadrants: the next K step's tile loaded into "
+        "registers while this one is multiplied, two shared-memory buffers, one barrier per step"
+        + (f", {p['min_blocks']} blocks per SM" if p["min_blocks"] > 1 else "")
     )
 
 
@@ -514,6 +525,24 @@ TEMPLATES: dict[str, Template] = {
             runs_on=lambda p, s: s.m % p["bm"] == 0 and s.n % p["bn"] == 0 and s.k % p["bk"] == 0,
             policies=("relaxed",),
         ),
+        Template(
+            "matmul_cuda_simt",
+            "matmul",
+            "cuda",
+            (
+                Param("bm", (64, 128, 256), 128),
+                Param("bn", (64, 128, 256), 128),
+                Param("bk", (8, 16), 8),
+                Param("tm", (8, 16), 8),
+                Param("tn", (8, 16), 8),
+                Param("min_blocks", (1, 2, 4), 2),
+            ),
+            templates_matmul_simt.render_matmul_simt,
+            _matmul_simt_text,
+            valid=templates_matmul_simt.valid,
+            extras=("spec",),  # which operands the problem transposes
+            runs_on=lambda p, s: s.m % p["bm"] == 0 and s.n % p["bn"] == 0 and s.k % p["bk"] == 0,
+        ),
     )
 }
 
@@ -644,6 +673,14 @@ def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
             ]
             if small:
                 return [out[1], out[2], out[0], out[3]]
+            if shape.m % 256 == 0 and shape.n % 256 == 0 and shape.k % 8 == 0:
+                # The pipelined SIMT kernel first: it is what the strict policy (no tensor cores) can run.
+                out = [
+                    ("matmul_cuda_simt", {"bm": 256, "bn": 128, "tm": 16, "tn": 8, "min_blocks": 1}),
+                    ("matmul_cuda_simt", {"bm": 128, "bn": 128, "tm": 8, "tn": 8, "min_blocks": 2}),
+                    ("matmul_cuda_simt", {"bm": 128, "bn": 256, "tm": 8, "tn": 16, "min_blocks": 1}),
+                    *out,
+                ]
             if shape.m % 128 == 0 and shape.n % 128 == 0 and shape.k % 32 == 0:
                 mma = [
                     ("matmul_cuda_mma", {"split": 3, "warp": "64x32", "promote": True}),

@@ -312,12 +312,10 @@ def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
             if split > 1:
                 out.insert(0, ("rmsnorm_cuda_rows", {"tpr": 1024, "block": 1024, "items": 0, "split": split}))
             return out
-        # ~64 floats per thread (~256 for argmax / argmin, whose compare chain costs more per element than its
-        # load), 256-thread blocks, 4 float4 loads in flight: the best region of the H200 sweep in
-        # bench/RESULTS.md (`bench/host_device_split.py`), where a row's group of 512-1024 threads ran 1.2-2.5x
-        # slower on the GPU.
-        per_thread = 256 if shape.op in ("argmax", "argmin") else 64
-        tpr = min(256, _pow2_at_most(red / per_thread, _POW2))
+        # ~64 floats per thread, 256-thread blocks, 4 float4 loads in flight: the best region of the H200 sweeps
+        # in bench/RESULTS.md (`bench/host_device_split.py`), where a row's group of 512-1024 threads ran 1.2-2.5x
+        # slower on the GPU (argmax / argmin too, since a thread's own elements need one compare each).
+        tpr = min(256, _pow2_at_most(red / 64, _POW2))
         split = _split_for(outer, red, (1, 2, 4, 8, 16, 32, 64, 128))
         out = [
             ("reduce_cuda_rows", {"tpr": tpr, "block": 256, "unroll": 4}),

@@ -90,6 +90,28 @@ __device__ __forceinline__ void acc_add(Acc& a, float v, int i)
 #endif
 }
 
+// acc_add for a thread's own elements, which come in ascending index order: a later equal value never wins
+// there, so argmax / argmin need one compare and a NaN test instead of wins()'s tie rule (the rule's cost per
+// element, not the loads, was what held them back). Takes v when it is better, or a NaN while a.v is not; an
+// element equal to the identity (-inf for argmax) is not taken, so a run of them leaves NO_INDEX, which
+// acc_result reads as index 0 (every element was the identity: torch returns the first).
+__device__ __forceinline__ void acc_next(Acc& a, float v, int i)
+{
+#if IS_ARG
+#if IS_MAX
+    const bool take = !(v <= a.v) && a.v == a.v;
+#else
+    const bool take = !(v >= a.v) && a.v == a.v;
+#endif
+    if (take) {
+        a.v = v;
+        a.i = i;
+    }
+#else
+    acc_add(a, v, i);
+#endif
+}
+
 __device__ __forceinline__ void acc_merge(Acc& a, const Acc& b)
 {
 #if IS_ARG
@@ -116,7 +138,7 @@ __device__ __forceinline__ out_t acc_result(const Acc& a, long long n)
 #if OP == 1
     return a.v / (float)n;  // like torch: the fp32 sum divided by the count in fp32
 #elif IS_ARG
-    return (out_t)a.i;
+    return a.i == NO_INDEX ? (out_t)0 : (out_t)a.i;
 #else
     return a.v;
 #endif
@@ -151,10 +173,10 @@ __device__ __forceinline__ void add4(Acc& a, const float4 v, int i)
 #if OP <= 1
     a.v += (v.x + v.y) + (v.z + v.w);
 #else
-    acc_add(a, v.x, i);
-    acc_add(a, v.y, i + 1);
-    acc_add(a, v.z, i + 2);
-    acc_add(a, v.w, i + 3);
+    acc_next(a, v.x, i);
+    acc_next(a, v.y, i + 1);
+    acc_next(a, v.z, i + 2);
+    acc_next(a, v.w, i + 3);
 #endif
 }
 
@@ -176,7 +198,7 @@ reduce_rows(const float* __restrict__ x, out_t* __restrict__ out, Acc* __restric
         if (VEC) {
             // At most 3 scalar elements up to a 16-byte boundary (one per thread), then float4s.
             body = min(hi, lo + (long long)(((16 - (reinterpret_cast<unsigned long long>(xr + lo) & 15)) & 15) / 4));
-            if (lo + t < body) acc_add(acc[0], xr[lo + t], (int)(lo + t));
+            if (lo + t < body) acc_next(acc[0], xr[lo + t], (int)(lo + t));
             end = body + (hi - body) / 4 * 4;
             long long i = body + 4LL * t;
             for (; i + 4LL * TPR * (UNROLL - 1) < end; i += 4LL * TPR * UNROLL) {
@@ -188,7 +210,7 @@ reduce_rows(const float* __restrict__ x, out_t* __restrict__ out, Acc* __restric
             }
             for (; i < end; i += 4LL * TPR) add4(acc[0], __ldg(reinterpret_cast<const float4*>(xr + i)), (int)i);
         }
-        for (long long k = end + t; k < hi; k += TPR) acc_add(acc[0], __ldg(xr + k), (int)k);
+        for (long long k = end + t; k < hi; k += TPR) acc_next(acc[0], __ldg(xr + k), (int)k);
     }
     Acc a = acc[0];
 #pragma unroll
@@ -246,12 +268,12 @@ __device__ __forceinline__ void reduce_inner_body(const float* __restrict__ x, o
         for (long long r = lo + ty; r < hi; r += BY) {
             if constexpr (V == 4) {
                 const float4 v = __ldg(reinterpret_cast<const float4*>(xo + r * inner));
-                acc_add(a[0], v.x, (int)r);
-                acc_add(a[1], v.y, (int)r);
-                acc_add(a[2], v.z, (int)r);
-                acc_add(a[3], v.w, (int)r);
+                acc_next(a[0], v.x, (int)r);
+                acc_next(a[1], v.y, (int)r);
+                acc_next(a[2], v.z, (int)r);
+                acc_next(a[3], v.w, (int)r);
             } else {
-                acc_add(a[0], __ldg(xo + r * inner), (int)r);
+                acc_next(a[0], __ldg(xo + r * inner), (int)r);
             }
         }
     }

@@ -109,6 +109,11 @@ BASE: dict[str, Callable[[Params, Shape], str]] = {
         f"{p['tm'] * p['tn'] / (p['tm'] + p['tn']):.1f} FMAs per shared-memory load and "
         f"{_tiles(p, s)} blocks run on {H200_SMS} SMs: expect 50-80% of cuBLAS fp32"
     ),
+    "matmul_cuda_simt": lambda p, s: (
+        f"compute-bound at fp32 SIMT rates ({s.flops / 1e9:.3g} GFLOP, no tensor cores: what the strict policy "
+        "allows); the tiled kernel's FFMAs wait while each tile loads, here the next tile is in flight while this "
+        f"one is multiplied, and {_tiles(p, s)} blocks of 8x8 micro-tiles read shared memory conflict-free"
+    ),
     "softmax_cuda_cluster": lambda p, s: (
         f"memory-bound: the floor is one read and one write ({mib(8 * s.elements)}); eager and the two-pass "
         f"kernels read a {mib(s.row_bytes)} row twice. A cluster of {p['cluster']} blocks holds the row in "
@@ -281,6 +286,16 @@ CHANGES: dict[tuple[str, str], Callable[[Any, Any, Params, Shape], str]] = {
         f"K steps of {n}: "
         + _more_or_less(o, n, "fewer __syncthreads per FMA", "less shared memory, more blocks per SM")
         + f" ({4 * n * (p['bm'] + 4 + p['bn']) / 1024:.1f} KiB of shared memory)"
+    ),
+    ("matmul_cuda_simt", "bm"): lambda o, n, p, s: f"{n}x{p['bn']} tiles: {_tiles(p, s)} blocks on {H200_SMS} SMs",
+    ("matmul_cuda_simt", "bn"): lambda o, n, p, s: f"{p['bm']}x{n} tiles: {_tiles(p, s)} blocks on {H200_SMS} SMs",
+    ("matmul_cuda_simt", "bk"): lambda o, n, p, s: (
+        f"K steps of {n}: "
+        + _more_or_less(o, n, "fewer barriers per FMA", "less shared memory and fewer registers in flight")
+    ),
+    ("matmul_cuda_simt", "min_blocks"): lambda o, n, p, s: (
+        f"{n} block(s) per SM: "
+        + _more_or_less(o, n, "more warps to hide latency, at most 128 registers a thread", "more registers a thread")
     ),
 }
 
