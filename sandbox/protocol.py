@@ -42,7 +42,11 @@ class TimingConfig(BaseModel):
     max_trials: int = Field(10_000, ge=1)
     max_seconds: float = Field(20.0, gt=0)
     warmup_trials: int = Field(5, ge=1)
-    flush_cache: bool = Field(True, description="overwrite a buffer larger than the last-level cache before each call")
+    flush_cache: bool = Field(
+        True,
+        description="evict the cache before each call: CUDA reads a buffer twice the L2 (leaving clean lines), the "
+        "CPU writes one larger than the last-level cache",
+    )
     hide_launch: bool = Field(
         True,
         description="CUDA: hold the stream while the host enqueues each call, so the events time its GPU work; "
@@ -140,7 +144,7 @@ class TimingStats(BaseModel):
 class TimingReport(BaseModel):
     method: Literal["cuda_events", "perf_counter"]
     input_sets: int = Field(description="distinct input sets: fresh values (same buffers) before every trial")
-    flush_bytes: int = Field(description="bytes overwritten before each timed call to evict the cache")
+    flush_bytes: int = Field(description="bytes read (CUDA) or written (CPU) before each timed call to evict the cache")
     interleaved: bool = True
     launch_hidden: bool = Field(
         False, description="CUDA: the host's launch work was hidden behind a held stream (times are GPU work)"

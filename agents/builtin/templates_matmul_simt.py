@@ -7,8 +7,9 @@
   multiplied, then stored into the other of two shared-memory buffers: one barrier per K step;
 - each thread's TM x TN outputs are four quadrants half a tile apart, and a warp is 4 x 8 threads, so a warp's
   float4 reads of a K slice touch 4 distinct A and 8 distinct B places: about one shared-memory wavefront each;
-- large micro-tiles (16 x 8: 128 accumulators, one block of 8 warps an SM, as cuBLAS's own SGEMM on the H200
-  runs) do 128 FFMAs per 6 float4 reads, where 8 x 8 do 64 per 4;
+- TM x TN of 16 x 8 (128 accumulators, one block of 8 warps an SM: the shape of cuBLAS's own SGEMM on the H200)
+  do 128 FFMAs per 6 float4 reads where 8 x 8 do 64 per 4, but in this kernel they ran slower than 8 x 8 with two
+  blocks an SM (bench/RESULTS.md: 0.94x cuBLAS fp32 on 4096², against 0.67-0.82x);
 - the next K slice's fragments are read from shared memory while the current slice's 64 FFMAs run;
 - blocks run in groups of GROUP tile rows, column by column, so that blocks resident together share tiles in L2.
 

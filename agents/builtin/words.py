@@ -112,7 +112,9 @@ BASE: dict[str, Callable[[Params, Shape], str]] = {
     "matmul_cuda_simt": lambda p, s: (
         f"compute-bound at fp32 SIMT rates ({s.flops / 1e9:.3g} GFLOP, no tensor cores: what the strict policy "
         "allows); the tiled kernel's FFMAs wait while each tile loads, here the next tile is in flight while this "
-        f"one is multiplied, and {_tiles(p, s)} blocks of 8x8 micro-tiles read shared memory conflict-free"
+        f"one is multiplied, and {_tiles(p, s)} blocks of {p['tm']}x{p['tn']} micro-tiles read shared memory "
+        "without conflicts: measured 0.94× cuBLAS fp32 on 4096² on the H200 (8x8, two blocks an SM), 1.55× the "
+        "tiled kernel"
     ),
     "softmax_cuda_cluster": lambda p, s: (
         f"memory-bound: the floor is one read and one write ({mib(8 * s.elements)}); eager and the two-pass "
