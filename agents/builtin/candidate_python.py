@@ -74,6 +74,22 @@ class ModelNew(nn.Module):
         else:
             raise ValueError(f"cannot multiply {tuple(A.shape)} by {tuple(B.shape)}")'''
 
+# A tiled matmul's launch (CUDA) after MATMUL_OPERANDS_PY, for kernels whose tiles divide M, N and K and that read
+# A and B in 16-byte pieces; the template defines _BM, _BN, _BK, _THREADS, _SMEM (dynamic shared memory) and _KERNEL.
+MATMUL_TILES_LAUNCH_PY = r"""
+        if M % _BM or N % _BN or K % _BK or batch > 65535 or (M // _BM) * (N // _BN) >= 2**31:
+            raise ValueError(f"this kernel needs M % {_BM}, N % {_BN}, K % {_BK} == 0; got M={M} N={N} K={K}")
+        if A.data_ptr() % 16 or B.data_ptr() % 16:
+            raise ValueError("this kernel reads A and B in 16-byte pieces: both must start on a 16-byte boundary")
+        C = torch.empty(out_shape, device=A.device, dtype=torch.float32)
+        if C.numel() == 0:
+            return C
+        grid = ((M // _BM) * (N // _BN), batch)
+        args = (A.data_ptr(), B.data_ptr(), C.data_ptr(), cupy.int32(M), cupy.int32(N), cupy.int32(K))
+        _run_kernel(_KERNEL, A.device, grid, (_THREADS,), args, shared_mem=_SMEM)
+        return C
+"""
+
 # Launching on PyTorch's current stream with the least host work: the harness synchronises before each timed
 # call, so Python around a launch is counted. Handing the stream to the launch, with no CuPy stream or device
 # context and no function lookup per call, was the fastest CuPy path in both runs of bench/launch_overhead.py

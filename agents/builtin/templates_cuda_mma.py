@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents.builtin._text import c_bool, c_params, fill, params_text, transposed, wrap
-from agents.builtin.candidate_python import MATMUL_OPERANDS_PY
+from agents.builtin.candidate_python import MATMUL_OPERANDS_PY, MATMUL_TILES_LAUNCH_PY
 
 MATMUL_MMA_CU = c_params(r"""
 // C = A @ B on tensor cores: mma.sync m16n8k8 TF32 with fp32 accumulation, cp.async multi-stage pipeline.
@@ -233,17 +233,7 @@ _KERNEL.max_dynamic_shared_size_bytes = _SMEM
 
 '''
     + MATMUL_OPERANDS_PY
-    + r"""
-        if M % _BM or N % _BN or K % _BK or batch > 65535 or (M // _BM) * (N // _BN) >= 2**31:
-            raise ValueError(f"this kernel needs M % {_BM}, N % {_BN}, K % {_BK} == 0; got M={M} N={N} K={K}")
-        C = torch.empty(out_shape, device=A.device, dtype=torch.float32)
-        if C.numel() == 0:
-            return C
-        grid = ((M // _BM) * (N // _BN), batch)
-        args = (A.data_ptr(), B.data_ptr(), C.data_ptr(), cupy.int32(M), cupy.int32(N), cupy.int32(K))
-        _run_kernel(_KERNEL, A.device, grid, (_THREADS,), args, shared_mem=_SMEM)
-        return C
-"""
+    + MATMUL_TILES_LAUNCH_PY
 )
 
 WARP_TILES = {"64x32": (64, 32), "64x64": (64, 64), "32x64": (32, 64)}

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents.builtin._text import c_params, fill, params_text, transposed, wrap
-from agents.builtin.candidate_python import MATMUL_OPERANDS_PY
+from agents.builtin.candidate_python import MATMUL_OPERANDS_PY, MATMUL_TILES_LAUNCH_PY
 
 MATMUL_SIMT_CU = c_params(r"""
 // fp32 C = A @ B on the CUDA cores (FFMA, fp32 accumulate, no tensor cores): the strict policy's GEMM.
@@ -187,26 +187,14 @@ import torch.nn as nn
 
 CUDA_SRC = r"""@CUDA_SRC@"""
 
-_BM, _BN, _BK, _THREADS = @BM@, @BN@, @BK@, @THREADS@
+_BM, _BN, _BK, _THREADS, _SMEM = @BM@, @BN@, @BK@, @THREADS@, 0  # static shared memory only
 _TRANSPOSED = @TRANSPOSED@  # (A, B): multiplied as the problem's A.T / B.T
 _KERNEL = cupy.RawKernel(CUDA_SRC, "matmul_simt", options=("-std=c++17",))
 @STREAM_PY@
 
 '''
     + MATMUL_OPERANDS_PY
-    + r"""
-        if M % _BM or N % _BN or K % _BK or batch > 65535 or (M // _BM) * (N // _BN) >= 2**31:
-            raise ValueError(f"this kernel needs M % {_BM}, N % {_BN}, K % {_BK} == 0; got M={M} N={N} K={K}")
-        if A.data_ptr() % 16 or B.data_ptr() % 16:
-            raise ValueError("this kernel reads A and B as float4: both must start on a 16-byte boundary")
-        C = torch.empty(out_shape, device=A.device, dtype=torch.float32)
-        if C.numel() == 0:
-            return C
-        grid = ((M // _BM) * (N // _BN), batch)
-        args = (A.data_ptr(), B.data_ptr(), C.data_ptr(), cupy.int32(M), cupy.int32(N), cupy.int32(K))
-        _run_kernel(_KERNEL, A.device, grid, (_THREADS,), args)
-        return C
-"""
+    + MATMUL_TILES_LAUNCH_PY
 )
 
 
