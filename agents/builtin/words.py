@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agents.builtin import catalog_elementwise, catalog_reduce
+from agents.builtin import catalog_elementwise, catalog_reduce, templates_matmul_simt
 from agents.builtin.catalog import Params, Template
 from agents.builtin.recognise import Shape
 
@@ -296,8 +296,8 @@ CHANGES: dict[tuple[str, str], Callable[[Any, Any, Params, Shape], str]] = {
         + _more_or_less(o, n, "fewer barriers per FMA", "less shared memory and fewer registers in flight")
     ),
     ("matmul_cuda_simt", "min_blocks"): lambda o, n, p, s: (
-        f"{n} block(s) per SM: "
-        + _more_or_less(o, n, "more warps to hide latency, at most 128 registers a thread", "more registers a thread")
+        f"{n} block(s) per SM, at most {min(255, 65536 // (templates_matmul_simt.threads(p) * n))} registers a "
+        "thread: " + _more_or_less(o, n, "more warps to hide latency", "more registers for the micro-tile")
     ),
 }
 
