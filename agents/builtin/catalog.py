@@ -20,7 +20,6 @@ from agents.builtin import (
     templates_cuda_mma,
     templates_cuda_onchip,
     templates_layernorm_cuda,
-    templates_matmul_async,
     templates_matmul_simt,
 )
 from agents.builtin.recognise import Shape
@@ -231,15 +230,6 @@ def _matmul_simt_text(p: Params) -> str:
         f"{threads} threads of {p['tm']}x{p['tn']} outputs in four quadrants: the next K step's tile loaded into "
         "registers while this one is multiplied, two shared-memory buffers, one barrier per step"
         + (f", {p['min_blocks']} blocks per SM" if p["min_blocks"] > 1 else "")
-    )
-
-
-def _matmul_async_text(p: Params) -> str:
-    threads = templates_matmul_async.threads(p)
-    return (
-        f"SIMT GEMM (fp32 FFMA, no tensor cores) fed by a {p['stages']}-stage cp.async pipeline, {p['bm']}x{p['bn']} "
-        f"block tile, BK={p['bk']}, {threads} threads of {p['tm']}x{p['tn']} outputs; A's tile kept K-contiguous "
-        f"and read {p['av']} k of a row at once" + (f", {p['min_blocks']} blocks per SM" if p["min_blocks"] > 1 else "")
     )
 
 
@@ -550,26 +540,6 @@ TEMPLATES: dict[str, Template] = {
             templates_matmul_simt.render_matmul_simt,
             _matmul_simt_text,
             valid=templates_matmul_simt.valid,
-            extras=("spec",),  # which operands the problem transposes
-            runs_on=lambda p, s: s.m % p["bm"] == 0 and s.n % p["bn"] == 0 and s.k % p["bk"] == 0,
-        ),
-        Template(
-            "matmul_cuda_async",
-            "matmul",
-            "cuda",
-            (
-                Param("bm", (64, 128, 256), 128),
-                Param("bn", (64, 128, 256), 256),
-                Param("bk", (8, 16), 8),
-                Param("tm", (8, 16), 8),
-                Param("tn", (8, 16), 16),
-                Param("av", (2, 4), 4),
-                Param("stages", (2, 3, 4, 5), 4),
-                Param("min_blocks", (1, 2), 1),
-            ),
-            templates_matmul_async.render_matmul_async,
-            _matmul_async_text,
-            valid=templates_matmul_async.valid,
             extras=("spec",),  # which operands the problem transposes
             runs_on=lambda p, s: s.m % p["bm"] == 0 and s.n % p["bn"] == 0 and s.k % p["bk"] == 0,
         ),
