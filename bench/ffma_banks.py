@@ -1,0 +1,87 @@
+r"""The main loop of a builtin GEMM point in SASS: its instruction mix and its FFMAs' register-bank conflicts.
+
+    python bench/ffma_banks.py 'matmul_cuda_simt:{"bm": 128, "bn": 128, "tm": 8, "tn": 8, "min_blocks": 2}' ...
+
+Needs no GPU: each point is rendered by the catalog, its CUDA source compiled by ``nvcc -cubin -arch=sm_90`` and
+disassembled by ``cuobjdump -sass`` (which calls ``nvdisasm``; both are in the CUDA toolkit, or in the pip wheels
+``nvidia-cuda-cuobjdump`` and ``nvidia-cuda-nvdisasm``, under ``nvidia/cu13/bin``). The main loop is taken to be
+the longest backward branch. An FFMA reads three registers; the ones marked ``.reuse`` come from the operand
+cache, and two of the others in the same bank (register number mod 2) cost the dispatch an extra cycle: the
+"conflicts" column counts such FFMAs. ptxas, not the CUDA source, chooses the registers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from agents.builtin.catalog import render  # noqa: E402
+
+_LINE = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
+_FFMA = re.compile(r"(-?R\d+(?:\.reuse)?),\s*(-?R\d+(?:\.reuse)?),\s*(-?R\d+(?:\.reuse)?)$")
+
+
+def sass_of(point: str, workdir: Path) -> str:
+    template, _, params = point.partition(":")
+    module = render(template, json.loads(params or "{}"), "cuda")
+    found = re.search(r'CUDA_SRC = r"""(.*?)"""', module, re.S)
+    if found is None:
+        raise SystemExit(f"{template}: no CUDA_SRC in the rendered module")
+    cu, cubin = workdir / "kernel.cu", workdir / "kernel.cubin"
+    cu.write_text(found.group(1))
+    subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-std=c++17", "-o", str(cubin), str(cu)], check=True)
+    return subprocess.run(["cuobjdump", "-sass", str(cubin)], check=True, capture_output=True, text=True).stdout
+
+
+def main_loop(sass: str) -> list[tuple[str, str]]:
+    """(opcode, operands) of the instructions inside the longest backward branch."""
+    code = [(int(m[1], 16), m[2], m[3].strip()) for m in map(_LINE.match, sass.splitlines()) if m]
+    best = (0, -1)
+    for addr, op, rest in code:
+        target = re.search(r"0x([0-9a-f]+)", rest) if op.startswith("BRA") else None
+        if target and int(target[1], 16) < addr and addr - int(target[1], 16) > best[1] - best[0]:
+            best = (int(target[1], 16), addr)
+    return [(op, rest) for addr, op, rest in code if best[0] <= addr <= best[1]]
+
+
+def conflicts(loop: list[tuple[str, str]]) -> tuple[int, int]:
+    """(FFMAs, FFMAs with two or three non-reused source registers in one bank)."""
+    ffma = bad = 0
+    for op, rest in loop:
+        operands = _FFMA.search(rest) if op.startswith("FFMA") else None
+        if operands is None:
+            continue
+        ffma += 1
+        live = [int(re.search(r"\d+", r)[0]) for r in operands.groups() if ".reuse" not in r]
+        banks = collections.Counter(r % 2 for r in live)
+        bad += bool(banks) and max(banks.values()) >= 2
+    return ffma, bad
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("points", nargs="+", help="TEMPLATE:JSON params")
+    args = parser.parse_args()
+    print("| point | loop instructions | FFMA | FFMA share | bank conflicts | most frequent others |")
+    print("|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for point in args.points:
+            loop = main_loop(sass_of(point, Path(tmp)))
+            ffma, bad = conflicts(loop)
+            others = collections.Counter(op.split(".")[0] for op, _ in loop if not op.startswith("FFMA"))
+            common = ", ".join(f"{op} {n}" for op, n in others.most_common(5))
+            share = f"{ffma / len(loop):.1%}" if loop else "n/a"
+            print(f"| `{point}` | {len(loop)} | {ffma} | {share} | {bad} ({bad / max(ffma, 1):.0%}) | {common} |")
+
+
+if __name__ == "__main__":
+    main()
