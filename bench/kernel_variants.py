@@ -52,6 +52,7 @@ VARIANTS: dict[str, tuple[int, list[tuple[str, dict]]]] = {
             ("matmul_cuda_mma", {"split": 1, "warp": "64x64"}),
             ("matmul_cuda_tiled", {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 8}),
             ("matmul_cuda_simt", {"bm": 128, "bn": 128, "tm": 8, "tn": 8, "min_blocks": 2}),
+            ("matmul_cuda_simt", {"bm": 128, "bn": 128, "tm": 8, "tn": 8, "min_blocks": 2, "order": "serpentine"}),
             ("matmul_cuda_simt", {"bm": 256, "bn": 128, "tm": 16, "tn": 8, "min_blocks": 1}),
             ("matmul_cuda_simt", {"bm": 128, "bn": 256, "tm": 8, "tn": 16, "min_blocks": 1}),
             ("matmul_cuda_simt", {"bm": 128, "bn": 128, "tm": 16, "tn": 8, "min_blocks": 1}),

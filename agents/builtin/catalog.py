@@ -230,6 +230,7 @@ def _matmul_simt_text(p: Params) -> str:
         f"{threads} threads of {p['tm']}x{p['tn']} outputs in four quadrants: the next K step's tile loaded into "
         "registers while this one is multiplied, two shared-memory buffers, one barrier per step"
         + (f", {p['min_blocks']} blocks per SM" if p["min_blocks"] > 1 else "")
+        + (", odd micro-tile rows multiplied right to left" if p["order"] == "serpentine" else "")
     )
 
 
@@ -536,6 +537,7 @@ TEMPLATES: dict[str, Template] = {
                 Param("tm", (8, 16), 8),
                 Param("tn", (8, 16), 8),
                 Param("min_blocks", (1, 2, 4), 2),
+                Param("order", ("rows", "serpentine"), "rows"),
             ),
             templates_matmul_simt.render_matmul_simt,
             _matmul_simt_text,
@@ -675,10 +677,13 @@ def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
                 return [out[1], out[2], out[0], out[3]]
             if shape.m % 128 == 0 and shape.n % 128 == 0 and shape.k % 8 == 0:
                 # The pipelined SIMT kernel first: it is what the strict policy (no tensor cores) can run. 8x8
-                # micro-tiles, two blocks an SM, measured fastest on 4096² (bench/RESULTS.md); cuBLAS's own shape
-                # (16x8, one block an SM) ran slower in this kernel, but is kept in reach.
+                # micro-tiles, two blocks an SM, serpentine order, measured fastest on 4096² (bench/RESULTS.md);
+                # cuBLAS's own shape (16x8, one block an SM) ran slower in this kernel, but is kept in reach.
                 out = [
-                    ("matmul_cuda_simt", {"bm": 128, "bn": 128, "tm": 8, "tn": 8, "min_blocks": 2}),
+                    (
+                        "matmul_cuda_simt",
+                        {"bm": 128, "bn": 128, "tm": 8, "tn": 8, "min_blocks": 2, "order": "serpentine"},
+                    ),
                     ("matmul_cuda_simt", {"bm": 128, "bn": 128, "tm": 16, "tn": 8, "min_blocks": 1}),
                     ("matmul_cuda_simt", {"bm": 128, "bn": 256, "tm": 8, "tn": 16, "min_blocks": 1}),
                     *out,

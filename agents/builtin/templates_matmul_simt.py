@@ -11,7 +11,13 @@
   do 128 FFMAs per 6 float4 reads where 8 x 8 do 64 per 4, but in this kernel they ran slower than 8 x 8 with two
   blocks an SM (bench/RESULTS.md: 0.94x cuBLAS fp32 on 4096², against 0.67-0.82x);
 - the next K slice's fragments are read from shared memory while the current slice's 64 FFMAs run;
-- blocks run in groups of GROUP tile rows, column by column, so that blocks resident together share tiles in L2.
+- blocks run in groups of GROUP tile rows, column by column, so that blocks resident together share tiles in L2;
+- with SERPENTINE, odd rows of the micro-tile take their columns backwards. ptxas picks the registers, and an FFMA
+  whose two non-cached operands share a register bank costs the dispatch a cycle; this order lets consecutive FFMAs
+  share an operand at each row's end and left 16% of the 8 x 8 loop's FFMAs with a conflict against 27%: dispatch
+  stalls 0.42 -> 0.27 per issued instruction, 0.935x -> 0.96x cuBLAS fp32 on 4096² (bench/ffma_banks.py,
+  bench/RESULTS.md). The one-block 8 x 16 and 16 x 8 shapes ran 3-10% slower with it: ptxas's allocation and
+  schedule move with the order in ways the conflict count alone does not predict, so it is a searched parameter.
 
 Each output is one fp32 accumulator, one fused multiply-add per k, in K order.
 """
@@ -20,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.builtin._text import c_params, fill, params_text, transposed, wrap
+from agents.builtin._text import c_bool, c_params, fill, params_text, transposed, wrap
 from agents.builtin.candidate_python import MATMUL_OPERANDS_PY, MATMUL_TILES_LAUNCH_PY
 
 MATMUL_SIMT_CU = c_params(r"""
@@ -34,6 +40,7 @@ MATMUL_SIMT_CU = c_params(r"""
 #param TM          // rows of C per thread (8 or 16): two runs of TM / 2, half a tile apart
 #param TN          // columns of C per thread, likewise
 #param MIN_BLOCKS  // blocks an SM must hold (caps the registers per thread)
+#param SERPENTINE  // 1: odd rows of the micro-tile take their columns backwards (see the module's notes)
 #param GROUP       // tile rows per group of the block order
 #define HM (TM / 2)
 #define HN (TN / 2)
@@ -150,7 +157,10 @@ matmul_simt(const float* __restrict__ A, const float* __restrict__ B, float* __r
 #pragma unroll
             for (int i = 0; i < TM; ++i)
 #pragma unroll
-                for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+                for (int jj = 0; jj < TN; ++jj) {
+                    const int j = SERPENTINE && (i & 1) ? TN - 1 - jj : jj;
+                    acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+                }
         }
         if (t + 1 < steps) store(s ^ 1);  // the other buffer: its last readers passed the previous barrier
         __syncthreads();
@@ -225,6 +235,7 @@ def render_matmul_simt(params: dict[str, Any], summary: str) -> str:
         TM=params["tm"],
         TN=params["tn"],
         MIN_BLOCKS=params["min_blocks"],
+        SERPENTINE=c_bool(params["order"] == "serpentine"),
         GROUP=8,
     )
     return fill(
