@@ -36,15 +36,13 @@ def _median_ms(fn: Callable[[], object], device: torch.device, reps: int) -> flo
     are one measure. Events right after a synchronisation put the 1 GiB copy at 4.02-4.15 TB/s on the H200, and
     the harness's eager relu at 102-106% of that floor; this way the copy runs at 4.22 and the relu at 100.5%
     (bench/RESULTS.md)."""
-    warm = 5
+    warm, times = 5, []
     if device.type == "cuda":
         timer = CudaTimer(device)
-        times = []
         for _ in range(reps + warm):
             timer.flush()
             times.append(timer.time_call(fn, []).ms)
     else:
-        times = []
         for _ in range(reps + warm):
             t = time.perf_counter()
             fn()
