@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agents.builtin.catalog import render  # noqa: E402
+from tools.compile import embedded_cuda_sources  # noqa: E402
 
 _LINE = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
 _FFMA = re.compile(r"(-?R\d+(?:\.reuse)?),\s*(-?R\d+(?:\.reuse)?),\s*(-?R\d+(?:\.reuse)?)$")
@@ -32,12 +33,11 @@ _FFMA = re.compile(r"(-?R\d+(?:\.reuse)?),\s*(-?R\d+(?:\.reuse)?),\s*(-?R\d+(?:\
 
 def sass_of(point: str, workdir: Path) -> str:
     template, _, params = point.partition(":")
-    module = render(template, json.loads(params or "{}"), "cuda")
-    found = re.search(r'CUDA_SRC = r"""(.*?)"""', module, re.S)
-    if found is None:
-        raise SystemExit(f"{template}: no CUDA_SRC in the rendered module")
+    sources = embedded_cuda_sources(render(template, json.loads(params or "{}"), "cuda"))
+    if len(sources) != 1:
+        raise SystemExit(f"{template}: {len(sources)} CUDA sources in the rendered module, expected one")
     cu, cubin = workdir / "kernel.cu", workdir / "kernel.cubin"
-    cu.write_text(found.group(1))
+    cu.write_text(sources[0].text)
     subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-std=c++17", "-o", str(cubin), str(cu)], check=True)
     return subprocess.run(["cuobjdump", "-sass", str(cubin)], check=True, capture_output=True, text=True).stdout
 
@@ -47,9 +47,10 @@ def main_loop(sass: str) -> list[tuple[str, str]]:
     code = [(int(m[1], 16), m[2], m[3].strip()) for m in map(_LINE.match, sass.splitlines()) if m]
     best = (0, -1)
     for addr, op, rest in code:
-        target = re.search(r"0x([0-9a-f]+)", rest) if op.startswith("BRA") else None
-        if target and int(target[1], 16) < addr and addr - int(target[1], 16) > best[1] - best[0]:
-            best = (int(target[1], 16), addr)
+        found = re.search(r"0x([0-9a-f]+)", rest) if op.startswith("BRA") else None
+        target = int(found[1], 16) if found else addr
+        if target < addr and addr - target > best[1] - best[0]:
+            best = (target, addr)
     return [(op, rest) for addr, op, rest in code if best[0] <= addr <= best[1]]
 
 
