@@ -449,6 +449,18 @@ def test_every_cuda_template_is_correct_on_the_gpu(template: str, sandbox: Local
 
 
 @pytest.mark.gpu
+def test_strict_matmul_seeds_are_correct_on_the_gpu(sandbox: LocalSandbox) -> None:
+    """The strict policy's first ideas on 4096² (orders, the early first slice) agree with cuBLAS fp32 to ~1e-4."""
+    problem = load_problem(PROBLEMS / "matmul_4096.py")
+    ideas = builtin.propose(problem.info, "cuda", 3, [], None, policy="strict")
+    assert [idea.template for idea in ideas] == ["matmul_cuda_simt"] * 3
+    assert any(idea.params["early"] for idea in ideas) and any(not idea.params["early"] for idea in ideas)
+    for idea in ideas:
+        worst = assert_correct(problem, idea.template, idea.params, "cuda", sandbox).worst("max_abs_error")
+        assert worst is not None and worst < 1e-3, f"{idea.params}: error {worst}"
+
+
+@pytest.mark.gpu
 def test_cuda_matmuls_of_transposed_n_d_and_einsum_inputs_are_correct(tmp_path: Path, sandbox: LocalSandbox) -> None:
     write_matmul(tmp_path, "both", "torch.matmul(A.T, B.T)", (128, 256), (384, 128))  # (256 x 128) @ (128 x 384)
     write_matmul(tmp_path, "three_d", "torch.matmul(A, B)", (2, 128, 128), (128, 384))  # (256 x 128) @ (128 x 384)

@@ -231,6 +231,7 @@ def _matmul_simt_text(p: Params) -> str:
         "registers while this one is multiplied, two shared-memory buffers, one barrier per step"
         + (f", {p['min_blocks']} blocks per SM" if p["min_blocks"] > 1 else "")
         + (", odd micro-tile rows multiplied right to left" if p["order"] == "serpentine" else "")
+        + (", the next step's first slice read before this step's last is multiplied" if p["early"] else "")
     )
 
 
@@ -538,6 +539,7 @@ TEMPLATES: dict[str, Template] = {
                 Param("tn", (8, 16), 8),
                 Param("min_blocks", (1, 2, 4), 2),
                 Param("order", ("rows", "serpentine"), "rows"),
+                Param("early", (False, True), False),
             ),
             templates_matmul_simt.render_matmul_simt,
             _matmul_simt_text,
@@ -628,13 +630,16 @@ def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
                     ("softmax_cuda_warp", {"rows_per_block": 4, "items": items, "fast_exp": True}),
                 ]
             if shape.cols <= 16384:
-                block = 1024 if shape.cols > 4096 else 512
-                items = _pick((4, 8, 16), -(-shape.cols // block))
+                # The row held in registers, up to 32 elements a thread, by the smallest block that holds it: many
+                # small blocks an SM hide each other's block-wide reductions (bench/RESULTS.md: 4096 columns at
+                # 128 x 32 ran at 95% of the copy floor, at 512 x 8 at 65%; 8192 at 256 x 32, 97%).
+                block = _pick((128, 256, 512), -(-shape.cols // 32))
+                items = _pick((4, 8, 16, 32), -(-shape.cols // block))
                 return [
                     ("softmax_cuda_block", {"block": block, "items": items}),
-                    ("softmax_cuda_block", {"block": 512, "items": 0}),
+                    ("softmax_cuda_block", {"block": 2 * block, "items": max(4, items // 2)}),
                     ("softmax_cuda_block", {"block": block, "items": items, "fast_exp": True}),
-                    ("softmax_cuda_warp", {"rows_per_block": 4, "items": 0}),
+                    ("softmax_cuda_block", {"block": 512, "items": 0}),
                 ]
             out = [
                 ("softmax_cuda_block", {"block": 1024, "items": 0}),
@@ -678,13 +683,24 @@ def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
             if shape.m % 128 == 0 and shape.n % 128 == 0 and shape.k % 8 == 0:
                 # The pipelined SIMT kernel first: it is what the strict policy (no tensor cores) can run. 8x8
                 # micro-tiles, two blocks an SM, serpentine order, measured fastest on 4096² (bench/RESULTS.md);
-                # cuBLAS's own shape (16x8, one block an SM) ran slower in this kernel, but is kept in reach.
+                # then cuBLAS's micro-tile (16x8), which needs the next step's first slice read early.
                 out = [
                     (
                         "matmul_cuda_simt",
                         {"bm": 128, "bn": 128, "tm": 8, "tn": 8, "min_blocks": 2, "order": "serpentine"},
                     ),
-                    ("matmul_cuda_simt", {"bm": 128, "bn": 128, "tm": 16, "tn": 8, "min_blocks": 1}),
+                    (
+                        "matmul_cuda_simt",
+                        {
+                            "bm": 128,
+                            "bn": 128,
+                            "tm": 16,
+                            "tn": 8,
+                            "min_blocks": 1,
+                            "order": "serpentine",
+                            "early": True,
+                        },
+                    ),
                     ("matmul_cuda_simt", {"bm": 128, "bn": 256, "tm": 8, "tn": 16, "min_blocks": 1}),
                     *out,
                 ]

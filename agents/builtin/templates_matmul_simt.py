@@ -18,6 +18,10 @@
   stalls 0.42 -> 0.27 per issued instruction, 0.935x -> 0.96x cuBLAS fp32 on 4096² (bench/ffma_banks.py,
   bench/RESULTS.md). The one-block 8 x 16 and 16 x 8 shapes ran 3-10% slower with it: ptxas's allocation and
   schedule move with the order in ways the conflict count alone does not predict, so it is a searched parameter.
+- with EARLY, the next step's tile is stored and the barrier passed before this step's last slice, so that the
+  next step's first fragments are read while that slice's FFMAs run instead of right after the barrier. The 16 x 8
+  micro-tile (two blocks of 4 warps an SM) gained 10-15% by it (0.82x -> 0.95x cuBLAS fp32 on 4096²); the 8 x 8 one
+  lost 3%, its registers then allocated with more bank conflicts (bench/RESULTS.md). Searched, like the order.
 
 Each output is one fp32 accumulator, one fused multiply-add per k, in K order.
 """
@@ -42,6 +46,7 @@ MATMUL_SIMT_CU = c_params(r"""
 #param MIN_BLOCKS  // blocks an SM must hold (caps the registers per thread)
 #param SERPENTINE  // 1: odd rows of the micro-tile take their columns backwards (see the module's notes)
 #param GROUP       // tile rows per group of the block order
+#param EARLY       // 1: the next step's tile is stored, and its first slice read, before this step's last slice
 #define HM (TM / 2)
 #define HN (TN / 2)
 #define TX (BN / TN)  // threads across a tile's columns
@@ -131,14 +136,21 @@ matmul_simt(const float* __restrict__ A, const float* __restrict__ B, float* __r
     store(0);
     __syncthreads();
     const int steps = K / BK;
+    if (EARLY) fragments(0, 0, 0);
     for (int t = 0; t < steps; ++t) {
         const int s = t & 1;
         if (t + 1 < steps) load((t + 1) * BK);  // in flight while this step's FFMAs run
-        fragments(s, 0, 0);
+        if (!EARLY) fragments(s, 0, 0);
 #pragma unroll
         for (int k = 0; k < BK; ++k) {
             const int p = k & 1;
-            if (k + 1 < BK) fragments(s, k + 1, p ^ 1);  // the next slice's reads overlap this slice's FFMAs
+            if (k + 1 < BK) {
+                fragments(s, k + 1, p ^ 1);  // the next slice's reads overlap this slice's FFMAs
+            } else if (EARLY && t + 1 < steps) {
+                store(s ^ 1);
+                __syncthreads();
+                fragments(s ^ 1, 0, p ^ 1);
+            }
             float av[TM], bv[TN];
 #pragma unroll
             for (int q = 0; q < TM / 4; ++q) {
@@ -162,8 +174,10 @@ matmul_simt(const float* __restrict__ A, const float* __restrict__ B, float* __r
                     acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
                 }
         }
-        if (t + 1 < steps) store(s ^ 1);  // the other buffer: its last readers passed the previous barrier
-        __syncthreads();
+        if (!EARLY) {
+            if (t + 1 < steps) store(s ^ 1);  // the other buffer: its last readers passed the previous barrier
+            __syncthreads();
+        }
     }
 
 #pragma unroll
@@ -236,6 +250,7 @@ def render_matmul_simt(params: dict[str, Any], summary: str) -> str:
         TN=params["tn"],
         MIN_BLOCKS=params["min_blocks"],
         SERPENTINE=c_bool(params["order"] == "serpentine"),
+        EARLY=c_bool(params["early"]),
         GROUP=8,
     )
     return fill(
