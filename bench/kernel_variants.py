@@ -56,6 +56,7 @@ VARIANTS: dict[str, tuple[int, list[tuple[str, dict]]]] = {
             ("matmul_cuda_simt", {"bm": 256, "bn": 128, "tm": 16, "tn": 8, "min_blocks": 1}),
             ("matmul_cuda_simt", {"bm": 128, "bn": 256, "tm": 8, "tn": 16, "min_blocks": 1}),
             ("matmul_cuda_simt", {"bm": 128, "bn": 128, "tm": 16, "tn": 8, "min_blocks": 1}),
+            ("matmul_cuda_simt", {"bm": 128, "bn": 128, "tm": 16, "tn": 8, "min_blocks": 1, "early": True}),
         ],
     ),
 }

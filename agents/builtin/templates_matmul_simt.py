@@ -21,7 +21,7 @@
 - with EARLY, the next step's tile is stored and the barrier passed before this step's last slice, so that the
   next step's first fragments are read while that slice's FFMAs run instead of right after the barrier. The 16 x 8
   micro-tile (two blocks of 4 warps an SM) gained 10-15% by it (0.82x -> 0.95x cuBLAS fp32 on 4096²); the 8 x 8 one
-  lost 3%, its registers then allocated with more bank conflicts (bench/RESULTS.md). Searched, like the order.
+  lost 4-14%, its registers then allocated with more bank conflicts (bench/RESULTS.md). Searched, like the order.
 
 Each output is one fp32 accumulator, one fused multiply-add per k, in K order.
 """

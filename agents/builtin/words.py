@@ -302,10 +302,19 @@ CHANGES: dict[tuple[str, str], Callable[[Any, Any, Params, Shape], str]] = {
     ("matmul_cuda_simt", "order"): lambda o, n, p, s: (
         "odd rows of each thread's micro-tile take their columns backwards: consecutive FFMAs share an operand at "
         "every row's end and ptxas's registers for them collide in a bank less often (16% of the FFMAs against 27% "
-        "on 8x8; 0.96× against 0.935× cuBLAS fp32 on 4096² on the H200 with two 8x8 blocks an SM, but 3-10% slower "
-        "on the one-block 8x16 and 16x8 shapes: the registers are ptxas's choice, so measure)"
+        "on 8x8; 0.96× against 0.935× cuBLAS fp32 on 4096² on the H200 with two 8x8 blocks an SM, and 16x8 with the "
+        "early first slice 2.85 ms against 2.93, but 3-10% slower on the one-block shapes without it: the registers "
+        "are ptxas's choice, so measure)"
         if n == "serpentine"
         else "every row of the micro-tile in column order, as written"
+    ),
+    ("matmul_cuda_simt", "early"): lambda o, n, p, s: (
+        "the next step's tile stored and the barrier passed before this step's last slice, so the next step's first "
+        "fragments are read while that slice's FFMAs run, not right after the barrier (16x8 micro-tiles: 0.82× -> "
+        "0.95× cuBLAS fp32 on 4096² on the H200; 8x8 with two blocks an SM: 4-14% slower, its registers then colliding "
+        "in a bank more often)"
+        if n
+        else "the next step's first fragments read after the barrier, where the step begins"
     ),
 }
 
