@@ -8,6 +8,10 @@ disassembled by ``cuobjdump -sass`` (which calls ``nvdisasm``; both are in the C
 the longest backward branch. An FFMA reads three registers; the ones marked ``.reuse`` come from the operand
 cache, and two of the others in the same bank (register number mod 2) cost the dispatch an extra cycle: the
 "conflicts" column counts such FFMAs. ptxas, not the CUDA source, chooses the registers.
+
+Where ptxas placed the loads, as well: for each shared-memory load, the number of instructions until its result is
+first read (the loop taken as repeating; a warp waits for the read's latency where that is small), and the index
+in the loop of each global load (the step's next tile: the later, the less of the step hides its latency).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import argparse
 import collections
 import json
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -68,12 +73,43 @@ def conflicts(loop: list[tuple[str, str]]) -> tuple[int, int]:
     return ffma, bad
 
 
+def _registers(text: str) -> list[int]:
+    return [int(r) for r in re.findall(r"\bR(\d+)\b", text)]
+
+
+def load_distances(loop: list[tuple[str, str]]) -> tuple[list[int], list[int]]:
+    """For each shared-memory load, and each global load, in the loop: how many instructions later its result is
+    first read (the loop taken as repeating), and where in the loop the global loads sit."""
+    shared, global_at = [], []
+    for i, (op, rest) in enumerate(loop):
+        if not op.startswith(("LDS", "LDG")) or op.startswith(("LDGSTS", "LDGDEPBAR")):
+            continue
+        first = _registers(rest.split(",")[0])
+        if not first:  # a load into RZ
+            continue
+        width = 4 if ".128" in op else 2 if ".64" in op else 1
+        dest = set(range(first[0], first[0] + width))
+        for j in range(1, len(loop) + 1):
+            op2, rest2 = loop[(i + j) % len(loop)]
+            sources = rest2 if op2.startswith(("STS", "STG")) else rest2.partition(",")[2]
+            if dest & set(_registers(sources)):
+                if op.startswith("LDS"):
+                    shared.append(j)
+                break
+        if op.startswith("LDG"):
+            global_at.append(i)
+    return shared, global_at
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("points", nargs="+", help="TEMPLATE:JSON params")
     args = parser.parse_args()
-    print("| point | loop instructions | FFMA | FFMA share | bank conflicts | most frequent others |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| point | loop instructions | FFMA | FFMA share | bank conflicts | shared load to use, min / median "
+        "| global loads at | most frequent others |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for point in args.points:
             loop = main_loop(sass_of(point, Path(tmp)))
@@ -81,7 +117,13 @@ def main() -> None:
             others = collections.Counter(op.split(".")[0] for op, _ in loop if not op.startswith("FFMA"))
             common = ", ".join(f"{op} {n}" for op, n in others.most_common(5))
             share = f"{ffma / len(loop):.1%}" if loop else "n/a"
-            print(f"| `{point}` | {len(loop)} | {ffma} | {share} | {bad} ({bad / max(ffma, 1):.0%}) | {common} |")
+            shared, global_at = load_distances(loop)
+            to_use = f"{min(shared)} / {statistics.median_low(shared)}" if shared else "n/a"
+            where = ", ".join(map(str, global_at)) or "none"
+            print(
+                f"| `{point}` | {len(loop)} | {ffma} | {share} | {bad} ({bad / max(ffma, 1):.0%}) | {to_use} | {where} "
+                f"| {common} |"
+            )
 
 
 if __name__ == "__main__":
