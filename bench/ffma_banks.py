@@ -78,14 +78,15 @@ def _registers(text: str) -> list[int]:
 
 
 def load_distances(loop: list[tuple[str, str]]) -> tuple[list[int], list[int]]:
-    """For each shared-memory load, and each global load, in the loop: how many instructions later its result is
-    first read (the loop taken as repeating), and where in the loop the global loads sit."""
+    """(for each shared-memory load, how many instructions later its result is first read, the loop taken as
+    repeating; the index in the loop of each global load)."""
     shared, global_at = [], []
     for i, (op, rest) in enumerate(loop):
-        if not op.startswith(("LDS", "LDG")) or op.startswith(("LDGSTS", "LDGDEPBAR")):
+        if op.startswith("LDG") and not op.startswith(("LDGSTS", "LDGDEPBAR")):
+            global_at.append(i)
             continue
-        first = _registers(rest.split(",")[0])
-        if not first:  # a load into RZ
+        first = _registers(rest.split(",")[0]) if op.startswith("LDS") else []
+        if not first:  # not a shared-memory load, or one into RZ
             continue
         width = 4 if ".128" in op else 2 if ".64" in op else 1
         dest = set(range(first[0], first[0] + width))
@@ -93,11 +94,8 @@ def load_distances(loop: list[tuple[str, str]]) -> tuple[list[int], list[int]]:
             op2, rest2 = loop[(i + j) % len(loop)]
             sources = rest2 if op2.startswith(("STS", "STG")) else rest2.partition(",")[2]
             if dest & set(_registers(sources)):
-                if op.startswith("LDS"):
-                    shared.append(j)
+                shared.append(j)
                 break
-        if op.startswith("LDG"):
-            global_at.append(i)
     return shared, global_at
 
 

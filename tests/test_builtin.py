@@ -450,7 +450,8 @@ def test_every_cuda_template_is_correct_on_the_gpu(template: str, sandbox: Local
 
 @pytest.mark.gpu
 def test_strict_matmul_seeds_are_correct_on_the_gpu(sandbox: LocalSandbox) -> None:
-    """The strict policy's first ideas on 4096² (orders, the early first slice) agree with cuBLAS fp32 to ~1e-4."""
+    """The strict policy's first ideas on 4096² (both orders, with and without the early first slice) agree with
+    cuBLAS fp32 to within 1e-3: they sum each output in K order, as cuBLAS does."""
     problem = load_problem(PROBLEMS / "matmul_4096.py")
     ideas = builtin.propose(problem.info, "cuda", 3, [], None, policy="strict")
     assert [idea.template for idea in ideas] == ["matmul_cuda_simt"] * 3

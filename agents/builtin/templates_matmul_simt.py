@@ -147,6 +147,8 @@ matmul_simt(const float* __restrict__ A, const float* __restrict__ B, float* __r
             if (k + 1 < BK) {
                 fragments(s, k + 1, p ^ 1);  // the next slice's reads overlap this slice's FFMAs
             } else if (EARLY && t + 1 < steps) {
+                // The other buffer's last readers passed the previous step's barrier, and this step's last slice is
+                // in registers already: the barrier can come before that slice's FFMAs.
                 store(s ^ 1);
                 __syncthreads();
                 fragments(s ^ 1, 0, p ^ 1);
