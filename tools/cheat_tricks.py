@@ -182,9 +182,10 @@ PRECISION_METHODS = {"half": "float16", "bfloat16": "bfloat16"}
 C_STREAM = re.compile(r"\bcuda(StreamCreate\w*|StreamBeginCapture|GraphLaunch)\b|getStreamFromPool|cudaStreamPerThread")
 C_L2_PERSIST = re.compile(r"accessPolicyWindow|cudaAccessPolicyWindow|PersistingL2|cudaAccessPropertyPersisting")
 C_THREAD = re.compile(r"\bpthread_detach\b|\.detach\s*\(\s*\)|\bfork\s*\(\s*\)")
+# Inline PTX names its types after a dot (cvt.rn.f16x2.f32, mma...bf16.bf16): read as the C spellings are.
 C_LOW_PRECISION = {
-    "float16": re.compile(r"\b__half2?\b|cuda_fp16\.h|__float2half|\bhalf2?\s*\*"),
-    "bfloat16": re.compile(r"__nv_bfloat16|cuda_bf16\.h|__float2bfloat16"),
+    "float16": re.compile(r"\b__half2?\b|cuda_fp16\.h|__float2half|\bhalf2?\s*\*|\.f16(x2)?\b"),
+    "bfloat16": re.compile(r"__nv_bfloat16|cuda_bf16\.h|__float2bfloat16|\.bf16(x2)?\b"),
     "tf32": re.compile(r"\btf32\b|wmma::precision::tf32|__float_to_tf32"),
 }
 C_SOURCE = re.compile(r'__global__|#include|extern\s+"C"|#define|#pragma|\bvoid\s+\w+\s*\(')

@@ -20,6 +20,7 @@ from agents.builtin import (
     templates_cuda_mma,
     templates_cuda_onchip,
     templates_layernorm_cuda,
+    templates_matmul_bf16x3,
     templates_matmul_simt,
 )
 from agents.builtin.recognise import Shape
@@ -232,6 +233,17 @@ def _matmul_simt_text(p: Params) -> str:
         + (f", {p['min_blocks']} blocks per SM" if p["min_blocks"] > 1 else "")
         + (", odd micro-tile rows multiplied right to left" if p["order"] == "serpentine" else "")
         + (", the next step's first slice read before this step's last is multiplied" if p["early"] else "")
+    )
+
+
+def _matmul_bf16x3_text(p: Params) -> str:
+    return (
+        "bf16x3 tensor cores (each fp32 operand split once into a bfloat16 part and a bfloat16 remainder, three "
+        "mma.sync m16n8k16 products, fp32 accumulation: ~2^-16 relative error, for the relaxed tolerance policy), "
+        f"{p['bm']}x{p['bn']} block tile, BK={p['bk']}, {p['warp']} warp tiles, {p['stages']}-stage cp.async "
+        "pipeline, fragments by ldmatrix"
+        + (", each K step's partial added to the total with rounded fp32 adds" if p["promote"] else "")
+        + (f", {p['min_blocks']} blocks per SM" if p["min_blocks"] > 1 else "")
     )
 
 
@@ -524,6 +536,26 @@ TEMPLATES: dict[str, Template] = {
             valid=templates_cuda_mma.valid,
             extras=("spec",),  # which operands the problem transposes
             irrelevant=lambda p: ("promote",) if p["split"] == 1 else (),
+            runs_on=lambda p, s: s.m % p["bm"] == 0 and s.n % p["bn"] == 0 and s.k % p["bk"] == 0,
+            policies=("relaxed",),
+        ),
+        Template(
+            "matmul_cuda_bf16x3",
+            "matmul",
+            "cuda",
+            (
+                Param("bm", (128, 256), 128),
+                Param("bn", (128, 256), 128),
+                Param("bk", (32, 64), 32),
+                Param("warp", ("64x32", "64x64", "32x64"), "64x32"),
+                Param("stages", (2, 3, 4), 3),
+                Param("promote", (True, False), True),
+                Param("min_blocks", (1, 2), 1),
+            ),
+            templates_matmul_bf16x3.render_matmul_bf16x3,
+            _matmul_bf16x3_text,
+            valid=templates_matmul_bf16x3.valid,
+            extras=("spec",),  # which operands the problem transposes
             runs_on=lambda p, s: s.m % p["bm"] == 0 and s.n % p["bn"] == 0 and s.k % p["bk"] == 0,
             policies=("relaxed",),
         ),
