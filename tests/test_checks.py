@@ -28,7 +28,7 @@ FAMILY_PROBLEM = {"softmax": "softmax_small.py", "layernorm": "layernorm_small.p
 FAMILY_PROBLEM |= {"elementwise": "gelu_chain_small.py", "epilogue": "linear_relu_small.py"}
 FAMILY_PROBLEM |= {"reduce": "sum_dim_small.py"}
 # Templates that compute on TF32 tensor cores: flagged as a precision downgrade, which only the strict policy blocks.
-LOW_PRECISION_TEMPLATES = {"matmul_cuda_mma", "matmul_cuda_bf16x3"}  # relaxed-only sources
+LOW_PRECISION_TEMPLATES = {"matmul_cuda_mma", "matmul_cuda_bf16x3", "epilogue_cuda_bf16x3"}  # relaxed-only sources
 _INFO: dict[str, ProblemInfo] = {}
 
 

@@ -14,11 +14,17 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from agents.builtin import templates_matmul_bf16x3
 from agents.builtin.catalog import Param, Params, Template
 from agents.builtin.pointwise import load
 from agents.builtin.recognise import Shape
 from agents.builtin.templates_elementwise_cpu import render_elementwise_cpu, render_epilogue_cpu
-from agents.builtin.templates_elementwise_cuda import render_elementwise_cuda, render_epilogue_cuda
+from agents.builtin.templates_elementwise_cuda import (
+    gemm_point,
+    render_elementwise_cuda,
+    render_epilogue_cuda,
+    render_epilogue_cuda_bf16x3,
+)
 from agents.builtin.templates_elementwise_expression import expression_text, pointwise_ops, transcendental
 
 H200_SMS = 132
@@ -98,6 +104,22 @@ def _tail_text(p: Params, cuda: bool) -> str:
     return f"{_heavy_name(spec)} by {lib} (torch), then the tail {_expr(p)} as one kernel {where}{bias}"
 
 
+def _epilogue_bf16x3_text(p: Params) -> str:
+    where = "in place on its output" if p["inplace"] else "into a new buffer"
+    bias = "; the bias added in the tail" if _has_bias(p) else ""
+    return (
+        f"linear by our bf16x3 GEMM ({p['warp']} warp tiles, BK={p['bk']}, {p['stages']}-stage pipeline"
+        + (", promoted partials" if p["promote"] else "")
+        + f"), then the tail {_expr(p)} as one kernel {where}{bias}: {_cuda_text(p)}"
+    )
+
+
+def _linear_fits_gemm(s: Shape) -> bool:
+    """A linear layer (x @ weight.T) whose M, N and K the bf16x3 GEMM's 128 x 128 x 32 tiles divide."""
+    heavy = (_spec({"spec": s.spec}) or {}).get("heavy") or {}
+    return heavy.get("op") == "linear" and s.m % 128 == 0 and s.n % 128 == 0 and s.k % 32 == 0
+
+
 def _elementwise_cuda_text(p: Params) -> str:
     return f"one fused CUDA kernel for {_expr(p)}: {_cuda_text(p)}"
 
@@ -152,6 +174,14 @@ _TAIL_PARAMS = (
     Param("inplace", (True, False), True),
 )
 
+# The bf16x3 GEMM's parameters, for an epilogue whose linear layer it runs (128 x 128 blocks, one an SM).
+_GEMM_PARAMS = (
+    Param("warp", ("64x64", "64x32", "32x64"), "64x64"),
+    Param("promote", (False, True), False),
+    Param("bk", (32, 64), 32),
+    Param("stages", (2, 3, 4), 3),
+)
+
 TEMPLATES: tuple[Template, ...] = (
     Template(
         "elementwise_cuda",
@@ -182,6 +212,20 @@ TEMPLATES: tuple[Template, ...] = (
         _epilogue_cuda_text,
         irrelevant=_epilogue_cuda_irrelevant,
         extras=("spec",),
+    ),
+    Template(
+        "epilogue_cuda_bf16x3",
+        "epilogue",
+        "cuda",
+        _GEMM_PARAMS + _TAIL_PARAMS[1:] + _CUDA_PARAMS,
+        render_epilogue_cuda_bf16x3,
+        _epilogue_bf16x3_text,
+        valid=lambda p: templates_matmul_bf16x3.valid(gemm_point(p), b_col=True),
+        irrelevant=_cuda_irrelevant,
+        extras=("spec",),
+        runs_on=lambda p, s: s.k % p["bk"] == 0,
+        applies=_linear_fits_gemm,
+        policies=("relaxed",),  # it computes in bfloat16
     ),
     Template(
         "epilogue_cpu",
@@ -218,6 +262,12 @@ def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
         if epilogue:
             out.insert(1, (name, {"bias": "tail", "block": 256, "items": 1 if small else 2}))
             out.append((name, {"inplace": False, "block": 256, "items": 2}))
+            if _linear_fits_gemm(shape):  # relaxed policy only (the planner drops them under strict)
+                own = [
+                    ("epilogue_cuda_bf16x3", {"block": 256, "items": 2}),
+                    ("epilogue_cuda_bf16x3", {"warp": "64x32", "bk": 64, "promote": True, "block": 256, "items": 2}),
+                ]
+                out = [*own, *out]
         return out
     if device == "cpu":
         name = "epilogue_cpu" if epilogue else "elementwise_cpu"
@@ -284,6 +334,11 @@ BASE: dict[str, Callable[[Params, Shape], str]] = {
         "the heavy op stays in the vendor library (the fastest fp32 GEMM/convolution there is); its "
         f"≈{_ops(s)} pointwise tail op(s) become one pass over its output instead of ≈{_ops(s)}: the gain is the "
         "tail's share of eager's time"
+    ),
+    "epilogue_cuda_bf16x3": lambda p, s: (
+        f"the linear layer is {s.flops / 1e9:.3g} GFLOP of the time: cuBLAS fp32 runs it on the CUDA cores, this "
+        "GEMM on bf16 tensor cores with three products of split operands (16 bits of each, far inside 1e-2; "
+        "2.4× cuBLAS fp32 on 4096² on the H200), and the tail then takes one pass over its output"
     ),
     "epilogue_cpu": lambda p, s: (
         f"the heavy op stays in torch's CPU library; the ≈{_ops(s)} tail op(s) become one OpenMP + SIMD pass, in "

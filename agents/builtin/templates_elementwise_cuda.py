@@ -1,4 +1,5 @@
-"""Fused pointwise kernels on CUDA (NVRTC through CuPy): ``elementwise_cuda`` and ``epilogue_cuda``.
+"""Fused pointwise kernels on CUDA (NVRTC through CuPy): ``elementwise_cuda``, ``epilogue_cuda`` and
+``epilogue_cuda_bf16x3`` (a linear layer by ``templates_matmul_bf16x3``'s GEMM, then the tail).
 
 A grid-stride kernel, float4 loads and stores when every full operand and the output are 16-byte aligned
 (a scalar kernel otherwise), ITEMS vectors per thread in flight, 32-bit index math whenever the tensor
@@ -13,6 +14,7 @@ from agents.builtin._text import c_bool, c_params, fill, wrap
 from agents.builtin.templates_elementwise_expression import Expression, long_chain
 from agents.builtin.templates_elementwise_math import COMMON, CUDA_MATH
 from agents.builtin.templates_elementwise_python import Params, candidate_fields, prepare, py_tuple
+from agents.builtin.templates_matmul_bf16x3 import LINEAR_BF16X3_PY, mm_module_py
 
 CUDA_KERNEL = c_params(r"""
 // Fused pointwise chain: out[i] = ew_apply(full operands at i, broadcast operands at (i / inner) % size).
@@ -117,6 +119,7 @@ CUDA_SRC = r"""@CUDA_SRC@"""
 _MODULE = cupy.RawModule(code=CUDA_SRC, options=("-std=c++17",))
 @STREAM_PY@
 @FUNCTION_PY@
+@HEAVY_PY@
 _BLOCK, _ITEMS, _WAVES, _VEC = @BLOCK@, @ITEMS@, @WAVES@, @VEC_PY@
 _RESIDENT = max(1, 2048 // _BLOCK)  # blocks of _BLOCK threads one SM holds (2048 threads on H100/H200)
 _F32 = torch.float32
@@ -207,9 +210,11 @@ def _cuda_kernel(spec: dict[str, Any], params: Params, summary: str, inplace: bo
     )
 
 
-def render_cuda(params: Params, summary: str, template: str, epilogue: bool) -> str:
+def render_cuda(params: Params, summary: str, template: str, epilogue: bool, heavy_py: str = "") -> str:
+    """``heavy_py``: module-level Python defining ``_linear_bf16x3``, for an epilogue whose heavy op is its own
+    GEMM (empty: the heavy op through torch)."""
     spec, inplace, fw = prepare(params, template, epilogue, "cuda")
-    lines, full_ptrs, band_args = fw.lines(params, epilogue)
+    lines, full_ptrs, band_args = fw.lines(params, epilogue, own_gemm=bool(heavy_py))
     lines.append(f"_launch(n, {py_tuple(full_ptrs)}, {py_tuple(band_args)}, out.data_ptr(), out.device)")
     lines.append("return out")
     imports = "import math\n\nimport cupy\nimport torch\nimport torch.nn as nn\n"
@@ -223,6 +228,7 @@ def render_cuda(params: Params, summary: str, template: str, epilogue: bool) -> 
         ITEMS=params["items"],
         WAVES=params["grid"],
         VEC_PY=repr(bool(params["vec4"])),
+        HEAVY_PY=heavy_py,
         **candidate_fields(params, summary, template, epilogue, fw, lines),
     )
 
@@ -233,3 +239,14 @@ def render_elementwise_cuda(params: Params, summary: str) -> str:
 
 def render_epilogue_cuda(params: Params, summary: str) -> str:
     return render_cuda(params, summary, "epilogue_cuda", epilogue=True)
+
+
+def gemm_point(params: Params) -> Params:
+    """An ``epilogue_cuda_bf16x3`` point's GEMM, as a ``matmul_cuda_bf16x3`` point (128 x 128 blocks)."""
+    gemm = {k: params[k] for k in ("warp", "promote", "bk", "stages")}
+    return {"bm": 128, "bn": 128, "min_blocks": 1, **gemm}
+
+
+def render_epilogue_cuda_bf16x3(params: Params, summary: str) -> str:
+    heavy = mm_module_py(gemm_point(params), summary, b_col=True) + LINEAR_BF16X3_PY
+    return render_cuda(params, summary, "epilogue_cuda_bf16x3", epilogue=True, heavy_py=heavy)

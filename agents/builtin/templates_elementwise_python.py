@@ -78,8 +78,9 @@ class Forward:
             return attr(leaf["key"])
         return "h"
 
-    def lines(self, params: Params, epilogue: bool) -> tuple[list[str], list[str], list[str]]:
-        """The lines up to the kernel call; the full operands' pointers; the broadcast ones' (ptr, inner, size)."""
+    def lines(self, params: Params, epilogue: bool, own_gemm: bool = False) -> tuple[list[str], list[str], list[str]]:
+        """The lines up to the kernel call; the full operands' pointers; the broadcast ones' (ptr, inner, size).
+        ``own_gemm``: the heavy op (a linear layer) by the candidate's ``_linear_bf16x3``, not the library."""
         e = self.expr
         lines: list[str] = []
         numbers = self.numbers
@@ -93,8 +94,12 @@ class Forward:
             what = f"x{k} must be a float32 {self.device.upper()} tensor, got {{x{k}.dtype}} on {{x{k}.device}}"
             lines += [f"if x{k}.dtype != _F32 or {place.format(k=k)}:", f'    raise TypeError(f"{what}")']
         if epilogue:
-            call = heavy_call(self.spec, params["bias"] == "library")
-            lines += [f"h = {call}  # the heavy op stays in the library", "h = h.contiguous()"]
+            if own_gemm:
+                h = self.spec["heavy"]
+                call, why = f"_linear_bf16x3(x{h['x']}, {attr(h['weight'])})", "three bf16 products, our kernels"
+            else:
+                call, why = heavy_call(self.spec, params["bias"] == "library"), "the heavy op stays in the library"
+            lines += [f"h = {call}  # {why}", "h = h.contiguous()"]
             lines.append("out = h" if params["inplace"] else "out = torch.empty_like(h)")
             first = "h"
         else:
@@ -158,7 +163,7 @@ def heavy_call(spec: dict[str, Any], bias_in_library: bool) -> str:
 def doc_expr(spec: dict[str, Any], params: Params) -> str:
     text = expression_text(spec, limit=400)
     if spec["heavy"] and spec["heavy"].get("bias"):
-        where = "in the library call" if params.get("bias", "library") == "library" else "added in the tail kernel"
+        where = "in the library call" if params.get("bias", "tail") == "library" else "added in the tail kernel"
         text += f"  (the heavy op's bias {spec['heavy']['bias']}: {where})"
     return wrap(text)
 
@@ -177,7 +182,9 @@ def spec_of(params: Params, template: str) -> dict[str, Any]:
     return load(params["spec"])
 
 
-def class_doc(spec: dict[str, Any], epilogue: bool) -> str:
+def class_doc(spec: dict[str, Any], epilogue: bool, own_gemm: bool = False) -> str:
+    if epilogue and own_gemm:
+        return "The problem's linear layer by three bfloat16 tensor-core products, then its tail as one kernel."
     if epilogue:
         return "The problem's heavy op through torch, then its whole pointwise tail as one kernel."
     return "The problem's pointwise chain as one kernel; same constructor arguments as the problem's Model."
@@ -189,9 +196,9 @@ def params_text(params: Params) -> str:
 
 def prepare(params: Params, template: str, epilogue: bool, device: str) -> tuple[dict[str, Any], bool, Forward]:
     """(spec, whether the tail writes in place, the forward) for one point; the bias moved into the tail when
-    the point says so."""
+    the point says so (or has no say: a template whose heavy op is its own kernel always adds it in the tail)."""
     spec = spec_of(params, template)
-    if epilogue and params["bias"] == "tail":
+    if epilogue and params.get("bias", "tail") == "tail":
         spec = tail_bias(spec)
     return spec, bool(epilogue and params["inplace"]), Forward(spec, device)
 
@@ -209,7 +216,7 @@ def candidate_fields(
         "PARAMS_SHAPES": repr(fw.spec["params"]),
         "BANDS": fw.band_shapes(),
         "BAND_PY": BAND_PY,
-        "CLASS_DOC": class_doc(fw.spec, epilogue),
+        "CLASS_DOC": class_doc(fw.spec, epilogue, own_gemm=template == "epilogue_cuda_bf16x3"),
         "INIT_BODY": INIT_PY,
         "ARGS": ", ".join(f"x{k}: {'float' if k in fw.numbers else 'torch.Tensor'}" for k in range(fw.n_in)),
         "FORWARD": py_block(lines),

@@ -40,15 +40,21 @@ MATMUL_BF16X3_CU = c_params(r"""
 #param MIN_BLOCKS  // blocks an SM must hold (caps the registers per thread)
 #param PROMOTE     // 1: each K step accumulates in fresh registers, added to the total with rounded adds
 #param GROUP       // tile rows per group of the block order
+#param B_COL       // 1: B is given as its (N, K) transpose, rows of K (a linear layer's weight); 0: (K, N) rows
 #define WARPS_M (BM / WM)
 #define WARPS_N (BN / WN)
 #define THREADS (WARPS_M * WARPS_N * 32)
 #define MI (WM / 16)
 #define NI (WN / 8)
 #define A_LD (BK + 8)  // 16 bytes of padding a row: an ldmatrix's eight rows fall on different banks
+#if B_COL
+#define B_LD (BK + 8)  // B's tile as BN rows of K, like A's
+#define B_TILE (BN * B_LD)
+#else
 #define B_LD (BN + 8)
-#define A_TILE (BM * A_LD)
 #define B_TILE (BK * B_LD)
+#endif
+#define A_TILE (BM * A_LD)
 #define STAGE_ELEMS (2 * A_TILE + 2 * B_TILE)  // hi and lo tiles of A, then of B
 
 static_assert(NI % 2 == 0, "B fragments are read two n8 blocks at a time");
@@ -160,8 +166,13 @@ matmul_bf16x3(const bf16_bits* __restrict__ Ah, const bf16_bits* __restrict__ Al
 #pragma unroll
         for (int l = 0; l < BK * BN / 8 / THREADS; ++l) {
             const int i = tid + l * THREADS;
+#if B_COL
+            const int r = i / (BK / 8), c = (i % (BK / 8)) * 8;
+            const size_t at = (size_t)(col0 + r) * K + k0 + c;
+#else
             const int r = i / (BN / 8), c = (i % (BN / 8)) * 8;
             const size_t at = (size_t)(k0 + r) * N + col0 + c;
+#endif
             cp_async16(s + 2 * A_TILE + r * B_LD + c, Bh + at);
             cp_async16(s + 2 * A_TILE + B_TILE + r * B_LD + c, Bl + at);
         }
@@ -203,7 +214,13 @@ matmul_bf16x3(const bf16_bits* __restrict__ Ah, const bf16_bits* __restrict__ Al
 #endif
         const bf16_bits* s = smem + (kt % STAGES) * STAGE_ELEMS;
         const bf16_bits* as_hi = s + (wm + lane % 16) * A_LD + (lane / 16) * 8;
+#if B_COL
+        // Matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15) of each pair of n8 blocks.
+        const bf16_bits* bs_hi = s + 2 * A_TILE + (wn + lane % 8 + (lane / 16) * 8) * B_LD + (lane / 8 % 2) * 8;
+#else
+        // Matrices (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15), each transposed.
         const bf16_bits* bs_hi = s + 2 * A_TILE + (lane % 16) * B_LD + wn + (lane / 16) * 8;
+#endif
 #pragma unroll
         for (int kk = 0; kk < BK; kk += 16) {
             unsigned ah[MI][4], al[MI][4], bh[NI][2], bl[NI][2];
@@ -215,9 +232,17 @@ matmul_bf16x3(const bf16_bits* __restrict__ Ah, const bf16_bits* __restrict__ Al
 #pragma unroll
             for (int j = 0; j < NI; j += 2) {
                 unsigned r[4];
+#if B_COL
+                ldmatrix_x4(r, bs_hi + j * 8 * B_LD + kk);
+#else
                 ldmatrix_x4_trans(r, bs_hi + kk * B_LD + j * 8);
+#endif
                 bh[j][0] = r[0], bh[j][1] = r[1], bh[j + 1][0] = r[2], bh[j + 1][1] = r[3];
+#if B_COL
+                ldmatrix_x4(r, bs_hi + B_TILE + j * 8 * B_LD + kk);
+#else
                 ldmatrix_x4_trans(r, bs_hi + B_TILE + kk * B_LD + j * 8);
+#endif
                 bl[j][0] = r[0], bl[j][1] = r[1], bl[j + 1][0] = r[2], bl[j + 1][1] = r[3];
             }
 #pragma unroll
@@ -251,6 +276,54 @@ matmul_bf16x3(const bf16_bits* __restrict__ Ah, const bf16_bits* __restrict__ Al
 }
 """)
 
+# The GEMM's module-level Python, the same in a matmul candidate and in an epilogue candidate whose heavy op it
+# runs: its CUDA source, the two kernels and ``_mm_bf16x3``.
+MM_BF16X3_PY = r'''GEMM_SRC = r"""@GEMM_SRC@"""
+
+_GEMM_BM, _GEMM_BN, _GEMM_BK, _GEMM_THREADS, _GEMM_SMEM = @BM@, @BN@, @BK@, @THREADS@, @SMEM@
+_SPLIT = cupy.RawKernel(GEMM_SRC, "split_bf16", options=("-std=c++17",))
+_GEMM = cupy.RawKernel(GEMM_SRC, "matmul_bf16x3", options=("-std=c++17",))
+_GEMM.max_dynamic_shared_size_bytes = _GEMM_SMEM
+
+
+def _mm_bf16x3(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, batch: int, M: int, N: int, K: int) -> None:
+    """C = A @ B from three bfloat16 products, for contiguous float32 CUDA tensors: A (batch, M, K), B @B_SHAPE@,
+    C (batch, M, N)."""
+    if M % _GEMM_BM or N % _GEMM_BN or K % _GEMM_BK or batch > 65535 or (M // _GEMM_BM) * (N // _GEMM_BN) >= 2**31:
+        raise ValueError(
+            f"this kernel needs M % {_GEMM_BM}, N % {_GEMM_BN}, K % {_GEMM_BK} == 0; got M={M} N={N} K={K}"
+        )
+    if A.data_ptr() % 16 or B.data_ptr() % 16:
+        raise ValueError("this kernel reads A and B in 16-byte pieces: both must start on a 16-byte boundary")
+    na, nb = A.numel(), B.numel()
+    # A's hi and lo parts, then B's: bfloat16, each in its operand's layout.
+    parts = torch.empty(2 * (na + nb), device=A.device, dtype=torch.bfloat16)
+    a_hi = parts.data_ptr()
+    a_lo, b_hi = a_hi + 2 * na, a_hi + 4 * na
+    b_lo = b_hi + 2 * nb
+    n4 = (na + nb) // 4
+    split_args = (A.data_ptr(), cupy.int64(na // 4), B.data_ptr(), cupy.int64(nb // 4), a_hi, a_lo, b_hi, b_lo)
+    _run_kernel(_SPLIT, A.device, (min(-(-n4 // 256), 32 * _sm_count(A.device)),), (256,), split_args)
+    grid = ((M // _GEMM_BM) * (N // _GEMM_BN), batch)
+    args = (a_hi, a_lo, b_hi, b_lo, C.data_ptr(), cupy.int32(M), cupy.int32(N), cupy.int32(K))
+    _run_kernel(_GEMM, A.device, grid, (_GEMM_THREADS,), args, shared_mem=_GEMM_SMEM)
+'''
+
+# An epilogue candidate's heavy op when it is a linear layer: x @ weight.T by the kernel built with B_COL.
+LINEAR_BF16X3_PY = r'''
+
+def _linear_bf16x3(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x @ weight.T for a float32 x (..., K) and a linear layer's weight (N, K), by _mm_bf16x3."""
+    N, K = weight.shape
+    if x.shape[-1] != K:
+        raise ValueError(f"cannot multiply {tuple(x.shape)} by a ({N}, {K}) weight's transpose")
+    x, weight = x.contiguous(), weight.detach().contiguous()
+    out = torch.empty((*x.shape[:-1], N), device=x.device, dtype=torch.float32)
+    if out.numel():
+        _mm_bf16x3(x, weight, out, 1, x.numel() // K, N, K)
+    return out
+'''
+
 MATMUL_BF16X3_PY = (
     r'''"""Builtin candidate `matmul_cuda_bf16x3` (agents.builtin).
 
@@ -266,37 +339,16 @@ import cupy
 import torch
 import torch.nn as nn
 
-CUDA_SRC = r"""@CUDA_SRC@"""
-
-_BM, _BN, _BK, _THREADS, _SMEM = @BM@, @BN@, @BK@, @THREADS@, @SMEM@
 _TRANSPOSED = @TRANSPOSED@  # (A, B): multiplied as the problem's A.T / B.T
-_SPLIT = cupy.RawKernel(CUDA_SRC, "split_bf16", options=("-std=c++17",))
-_KERNEL = cupy.RawKernel(CUDA_SRC, "matmul_bf16x3", options=("-std=c++17",))
-_KERNEL.max_dynamic_shared_size_bytes = _SMEM
 @STREAM_PY@
+@MM_BF16X3_PY@
 
 '''
     + MATMUL_OPERANDS_PY
     + r"""
-        if M % _BM or N % _BN or K % _BK or batch > 65535 or (M // _BM) * (N // _BN) >= 2**31:
-            raise ValueError(f"this kernel needs M % {_BM}, N % {_BN}, K % {_BK} == 0; got M={M} N={N} K={K}")
-        if A.data_ptr() % 16 or B.data_ptr() % 16:
-            raise ValueError("this kernel reads A and B in 16-byte pieces: both must start on a 16-byte boundary")
         C = torch.empty(out_shape, device=A.device, dtype=torch.float32)
-        if C.numel() == 0:
-            return C
-        na, nb = A.numel(), B.numel()
-        # A's hi and lo parts, then B's: bfloat16, each in its operand's layout.
-        parts = torch.empty(2 * (na + nb), device=A.device, dtype=torch.bfloat16)
-        a_hi = parts.data_ptr()
-        a_lo, b_hi = a_hi + 2 * na, a_hi + 4 * na
-        b_lo = b_hi + 2 * nb
-        n4 = (na + nb) // 4
-        split_args = (A.data_ptr(), cupy.int64(na // 4), B.data_ptr(), cupy.int64(nb // 4), a_hi, a_lo, b_hi, b_lo)
-        _run_kernel(_SPLIT, A.device, (min(-(-n4 // 256), 32 * _sm_count(A.device)),), (256,), split_args)
-        grid = ((M // _BM) * (N // _BN), batch)
-        args = (a_hi, a_lo, b_hi, b_lo, C.data_ptr(), cupy.int32(M), cupy.int32(N), cupy.int32(K))
-        _run_kernel(_KERNEL, A.device, grid, (_THREADS,), args, shared_mem=_SMEM)
+        if C.numel():
+            _mm_bf16x3(A, B, C, batch, M, N, K)
         return C
 """
 )
@@ -309,10 +361,11 @@ def threads(params: dict[str, Any]) -> int:
     return (params["bm"] // wm) * (params["bn"] // wn) * 32
 
 
-def smem_bytes(params: dict[str, Any]) -> int:
+def smem_bytes(params: dict[str, Any], b_col: bool = False) -> int:
     """Dynamic shared memory of one block: hi and lo tiles of A and B for every stage, rows padded by 8."""
     bm, bn, bk = params["bm"], params["bn"], params["bk"]
-    return params["stages"] * 2 * (bm * (bk + 8) + bk * (bn + 8)) * 2
+    b_tile = bn * (bk + 8) if b_col else bk * (bn + 8)
+    return params["stages"] * 2 * (bm * (bk + 8) + b_tile) * 2
 
 
 def registers(params: dict[str, Any]) -> int:
@@ -323,24 +376,25 @@ def registers(params: dict[str, Any]) -> int:
     return accumulators + (wm // 16) * 8 + (wn // 8) * 4 + 40
 
 
-def valid(params: dict[str, Any]) -> bool:
+def valid(params: dict[str, Any], b_col: bool = False) -> bool:
     """Whole warps, 128-512 threads, tile loads that divide over them, the blocks an SM must hold within its
     228 KiB of shared memory (1 KiB of it reserved per block) and 64 Ki registers, at most 255 a thread."""
     n = threads(params)
     bm, bn, bk, blocks = params["bm"], params["bn"], params["bk"], params["min_blocks"]
-    regs = registers(params)
+    regs, smem = registers(params), smem_bytes(params, b_col)
     return (
         128 <= n <= 512
         and (bm * bk // 8) % n == 0
         and (bk * bn // 8) % n == 0
-        and smem_bytes(params) <= 227 * 1024
-        and blocks * (smem_bytes(params) + 1024) <= 228 * 1024
+        and smem <= 227 * 1024
+        and blocks * (smem + 1024) <= 228 * 1024
         and regs <= 255
         and blocks * n * regs <= 65536
     )
 
 
-def render_matmul_bf16x3(params: dict[str, Any], summary: str) -> str:
+def mm_module_py(params: dict[str, Any], summary: str, b_col: bool = False) -> str:
+    """The GEMM's module-level Python (``MM_BF16X3_PY``) for one point; ``b_col``: B given as (N, K) rows."""
     wm, wn = WARP_TILES[params["warp"]]
     cu = fill(
         MATMUL_BF16X3_CU,
@@ -354,16 +408,28 @@ def render_matmul_bf16x3(params: dict[str, Any], summary: str) -> str:
         MIN_BLOCKS=params["min_blocks"],
         PROMOTE=c_bool(params["promote"]),
         GROUP=8,
+        B_COL=c_bool(b_col),
     )
     return fill(
-        MATMUL_BF16X3_PY,
-        SUMMARY_DOC=wrap(summary),
-        PARAMS=params_text(params),
-        CUDA_SRC=cu,
+        MM_BF16X3_PY,
+        GEMM_SRC=cu,
         BM=params["bm"],
         BN=params["bn"],
         BK=params["bk"],
         THREADS=threads(params),
-        SMEM=smem_bytes(params),
+        SMEM=smem_bytes(params, b_col),
+        B_SHAPE="(N, K) rows" if b_col else "(batch, K, N)",
+    )
+
+
+def render_matmul_bf16x3(params: dict[str, Any], summary: str) -> str:
+    return fill(
+        MATMUL_BF16X3_PY,
+        SUMMARY_DOC=wrap(summary),
+        PARAMS=params_text(params),
+        MM_BF16X3_PY=mm_module_py(params, summary),
+        BM=params["bm"],
+        BN=params["bn"],
+        BK=params["bk"],
         TRANSPOSED=transposed(params),
     )
