@@ -737,7 +737,7 @@ def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
                     *out,
                 ]
             if shape.m % 128 == 0 and shape.n % 128 == 0 and shape.k % 32 == 0:
-                # Tensor cores, relaxed policy only (the planner drops these under strict). bf16x3 first: 2.4x eager
+                # Tensor cores, relaxed policy only (the planner drops these under strict). bf16x3 first: 2.3-2.4x eager
                 # on 4096² on the H200 against 3xTF32's 1.0x, at ~1/5 of the tolerance (bench/RESULTS.md); 64x64
                 # warp tiles fastest; the promoted 64x32 point keeps half the error where K is long.
                 mma = [

@@ -5,8 +5,10 @@ Plain TF32 keeps 11 bits of each operand, and on 4096-long dot products of randn
 split into a bfloat16 ``hi`` (8 significant bits, rounded to nearest) and a bfloat16 ``lo`` holding the rounded
 remainder, and ``a * b`` becomes ``lo_a * hi_b + hi_a * lo_b + hi_a * hi_b`` (the ``lo * lo`` term and the
 remainder's own rounding are below 2^-16 of the product), accumulated in fp32. The products of 8-bit significands
-are exact, so the error is a few units of 2^-17 of each product, far inside 1e-2, at three bf16 products per
-multiply-add: bf16 tensor cores run ~2x the TF32 rate, so this is ~2/3 of the TF32 speed where 3xTF32 is ~1/3.
+are exact, so the error is a few units of 2^-17 of each product: on 4096² randn products it used a fifth of what
+atol = rtol = 1e-2 allows (a ninth with PROMOTE), where cuBLAS's TF32 missed it sevenfold. Three bf16 products per
+multiply-add on tensor cores that run bf16 at ~2x the TF32 rate: measured 2.3-2.4x cuBLAS fp32 on 4096² on the H200,
+where 3xTF32 (``matmul_cuda_mma``) ran 1.0x (bench/RESULTS.md).
 
 - a first kernel writes the hi and lo parts of A and B (bfloat16, same layouts) once, in one pass;
 - the GEMM streams hi and lo tiles of both through a ``cp.async`` pipeline of STAGES buffers and reads mma
@@ -14,7 +16,9 @@ multiply-add: bf16 tensor cores run ~2x the TF32 rate, so this is ~2/3 of the TF
   rows one ``ldmatrix`` reads sit in different banks;
 - ``mma.sync.m16n8k16`` bf16 with fp32 accumulators; with PROMOTE each K step sums into fresh accumulators that
   are added to the running total with rounded CUDA-core adds (the tensor cores' accumulation truncates);
-- blocks run in groups of GROUP tile rows, column by column, so that blocks resident together share tiles in L2.
+- blocks run in groups of GROUP tile rows, column by column, so that blocks resident together share tiles in L2;
+- with B_COL, B comes as its (N, K) transpose (a linear layer's weight, read in place) and its tiles are read like
+  A's; ``epilogue_cuda_bf16x3`` builds it so.
 
 It still computes in bfloat16, which the static checks report (and the strict policy rejects: its 1e-4 tolerance
 asks for fp32's own rounding).
