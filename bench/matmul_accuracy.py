@@ -35,6 +35,8 @@ def worst(out: torch.Tensor, exact: torch.Tensor, atol: float, rtol: float) -> t
 
 
 def tf32_reference(reference: torch.nn.Module) -> Callable[..., torch.Tensor]:
+    """``reference`` called with TF32 allowed in its matmuls (cuBLAS's TF32 GEMM); the switch restored after."""
+
     def run(*inputs: torch.Tensor) -> torch.Tensor:
         before = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -68,8 +70,13 @@ def main() -> None:
     ]
     for text in args.point:
         template, _, params = text.partition(":")
-        t = TEMPLATES[template]
-        point = t.normalise({**t.defaults(), **shape.extras(), **json.loads(params or "{}")})
+        t = TEMPLATES.get(template)
+        if t is None:
+            raise SystemExit(f"--point {text!r}: no template {template!r}")
+        try:
+            point = t.normalise({**t.defaults(), **shape.extras(), **json.loads(params or "{}")})
+        except ValueError as exc:  # bad JSON, or not a point of the template
+            raise SystemExit(f"--point {text!r}: {exc}") from exc
         module = exec_source(render(template, point, "cuda"), f"{template}.py", "candidate")
         model = build_model(module.ModelNew, init, device, seed=0)
         contenders.append((f"`{template}` {json.dumps(json.loads(params or '{}'))}", model))

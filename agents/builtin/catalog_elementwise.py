@@ -116,7 +116,7 @@ def _epilogue_bf16x3_text(p: Params) -> str:
 
 def _linear_fits_gemm(s: Shape) -> bool:
     """A linear layer (x @ weight.T) whose M, N and K the bf16x3 GEMM's 128 x 128 x 32 tiles divide."""
-    heavy = (_spec({"spec": s.spec}) or {}).get("heavy") or {}
+    heavy = (load(s.spec) if s.spec else {}).get("heavy") or {}
     return heavy.get("op") == "linear" and s.m % 128 == 0 and s.n % 128 == 0 and s.k % 32 == 0
 
 

@@ -229,7 +229,7 @@ def render_cuda(params: Params, summary: str, template: str, epilogue: bool, hea
         WAVES=params["grid"],
         VEC_PY=repr(bool(params["vec4"])),
         HEAVY_PY=heavy_py,
-        **candidate_fields(params, summary, template, epilogue, fw, lines),
+        **candidate_fields(params, summary, template, epilogue, fw, lines, own_gemm=bool(heavy_py)),
     )
 
 

@@ -204,9 +204,10 @@ def prepare(params: Params, template: str, epilogue: bool, device: str) -> tuple
 
 
 def candidate_fields(
-    params: Params, summary: str, template: str, epilogue: bool, fw: Forward, lines: list[str]
+    params: Params, summary: str, template: str, epilogue: bool, fw: Forward, lines: list[str], own_gemm: bool = False
 ) -> dict[str, str]:
-    """The placeholders CPU and CUDA candidates fill alike: docstring, reference parameters, module, forward."""
+    """The placeholders CPU and CUDA candidates fill alike: docstring, reference parameters, module, forward
+    (``own_gemm``: the heavy op is the candidate's own GEMM)."""
     return {
         "TEMPLATE": template,
         "SUMMARY_DOC": wrap(summary),
@@ -216,7 +217,7 @@ def candidate_fields(
         "PARAMS_SHAPES": repr(fw.spec["params"]),
         "BANDS": fw.band_shapes(),
         "BAND_PY": BAND_PY,
-        "CLASS_DOC": class_doc(fw.spec, epilogue, own_gemm=template == "epilogue_cuda_bf16x3"),
+        "CLASS_DOC": class_doc(fw.spec, epilogue, own_gemm),
         "INIT_BODY": INIT_PY,
         "ARGS": ", ".join(f"x{k}: {'float' if k in fw.numbers else 'torch.Tensor'}" for k in range(fw.n_in)),
         "FORWARD": py_block(lines),

@@ -307,7 +307,8 @@ def _mm_bf16x3(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, batch: int, M:
     b_lo = b_hi + 2 * nb
     n4 = (na + nb) // 4
     split_args = (A.data_ptr(), cupy.int64(na // 4), B.data_ptr(), cupy.int64(nb // 4), a_hi, a_lo, b_hi, b_lo)
-    _run_kernel(_SPLIT, A.device, (min(-(-n4 // 256), 32 * _sm_count(A.device)),), (256,), split_args)
+    if n4:  # K = 0 leaves nothing to split; the GEMM then writes zeros
+        _run_kernel(_SPLIT, A.device, (min(-(-n4 // 256), 32 * _sm_count(A.device)),), (256,), split_args)
     grid = ((M // _GEMM_BM) * (N // _GEMM_BN), batch)
     args = (a_hi, a_lo, b_hi, b_lo, C.data_ptr(), cupy.int32(M), cupy.int32(N), cupy.int32(K))
     _run_kernel(_GEMM, A.device, grid, (_GEMM_THREADS,), args, shared_mem=_GEMM_SMEM)
