@@ -15,6 +15,70 @@ from typing import Any
 from agents.builtin._text import c_bool, c_params, fill, params_text, transposed, wrap
 from agents.builtin.candidate_python import MATMUL_OPERANDS_PY, MATMUL_TILES_LAUNCH_PY
 
+# The multi-stage cp.async main loop of the tensor-core GEMMs (this one and templates_matmul_bf16x3), written once:
+# zeroed accumulators, the pipeline's first STAGES - 1 loads, then each K step's wait, barrier and next load and,
+# with PROMOTE, fresh partials (ACC names what the step's mma add into). The kernel defines load_stage(stage, k0),
+# MI, NI, BK, STAGES, K, and after MMA_STEP_BEGIN_CU its step's mma work, then MMA_STEP_END_CU: the partials
+# added, and C stored from the mma fragments' layout (rows g and g + 8, columns 2t and 2t + 1).
+MMA_STEP_BEGIN_CU = r"""    float acc[MI][NI][4];
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
+
+    const int KT = K / BK;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < KT) load_stage(s, s * BK);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+
+    for (int kt = 0; kt < KT; ++kt) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2) : "memory");
+        __syncthreads();  // this stage has landed for every thread, and the stage reloaded below is free
+        const int next = kt + STAGES - 1;
+        if (next < KT) load_stage(next % STAGES, next * BK);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+
+#if PROMOTE
+        // The tensor cores' fp32 accumulation truncates; over K = 4096 the bias builds up. A fresh partial per
+        // BK step keeps the truncated sums short, and the running total is kept with rounded CUDA-core adds.
+        float part[MI][NI][4];
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+            for (int j = 0; j < NI; ++j)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) part[i][j][q] = 0.0f;
+#define ACC part
+#else
+#define ACC acc
+#endif"""
+
+MMA_STEP_END_CU = r"""#if PROMOTE
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+            for (int j = 0; j < NI; ++j)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) acc[i][j][q] += part[i][j][q];
+#endif
+#undef ACC
+    }
+
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j) {
+            const int r = row0 + wm + i * 16 + g, c = col0 + wn + j * 8 + 2 * t;
+            *reinterpret_cast<float2*>(C + (size_t)r * N + c) = make_float2(acc[i][j][0], acc[i][j][1]);
+            *reinterpret_cast<float2*>(C + (size_t)(r + 8) * N + c) = make_float2(acc[i][j][2], acc[i][j][3]);
+        }
+}"""
+
+
 MATMUL_MMA_CU = c_params(r"""
 // C = A @ B on tensor cores: mma.sync m16n8k8 TF32 with fp32 accumulation, cp.async multi-stage pipeline.
 // SPLIT 1: plain TF32 (relaxed policy). SPLIT 3: each operand split into a TF32 "big" part and a TF32 "small"
@@ -105,42 +169,7 @@ matmul_mma(const float* __restrict__ A, const float* __restrict__ B, float* __re
         }
     };
 
-    float acc[MI][NI][4];
-#pragma unroll
-    for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int j = 0; j < NI; ++j)
-#pragma unroll
-            for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
-
-    const int KT = K / BK;
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < KT) load_stage(s, s * BK);
-        asm volatile("cp.async.commit_group;" ::: "memory");
-    }
-
-    for (int kt = 0; kt < KT; ++kt) {
-        asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2) : "memory");
-        __syncthreads();  // this stage has landed for every thread, and the stage reloaded below is free
-        const int next = kt + STAGES - 1;
-        if (next < KT) load_stage(next % STAGES, next * BK);
-        asm volatile("cp.async.commit_group;" ::: "memory");
-
-#if PROMOTE
-        // The tensor cores' fp32 accumulation truncates; over K = 4096 the bias builds up. A fresh partial per
-        // BK step keeps the truncated sums short, and the running total is kept with rounded CUDA-core adds.
-        float part[MI][NI][4];
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-            for (int j = 0; j < NI; ++j)
-#pragma unroll
-                for (int q = 0; q < 4; ++q) part[i][j][q] = 0.0f;
-#define ACC part
-#else
-#define ACC acc
-#endif
+@MMA_STEP_BEGIN@
         const float* as = As + (kt % STAGES) * A_STAGE;
         const float* bs = Bs + (kt % STAGES) * B_STAGE;
 #pragma unroll
@@ -185,26 +214,7 @@ matmul_mma(const float* __restrict__ A, const float* __restrict__ B, float* __re
                     mma(ACC[i][j], a[i], b[j]);
                 }
         }
-#if PROMOTE
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-            for (int j = 0; j < NI; ++j)
-#pragma unroll
-                for (int q = 0; q < 4; ++q) acc[i][j][q] += part[i][j][q];
-#endif
-#undef ACC
-    }
-
-#pragma unroll
-    for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int j = 0; j < NI; ++j) {
-            const int r = row0 + wm + i * 16 + g, c = col0 + wn + j * 8 + 2 * t;
-            *reinterpret_cast<float2*>(C + (size_t)r * N + c) = make_float2(acc[i][j][0], acc[i][j][1]);
-            *reinterpret_cast<float2*>(C + (size_t)(r + 8) * N + c) = make_float2(acc[i][j][2], acc[i][j][3]);
-        }
-}
+@MMA_STEP_END@
 """)
 
 MATMUL_MMA_PY = (
@@ -269,6 +279,8 @@ def render_matmul_mma(params: dict[str, Any], summary: str) -> str:
     cu = fill(
         MATMUL_MMA_CU,
         SUMMARY_C=wrap(summary, "// "),
+        MMA_STEP_BEGIN=MMA_STEP_BEGIN_CU,
+        MMA_STEP_END=MMA_STEP_END_CU,
         BM=params["bm"],
         BN=params["bn"],
         BK=params["bk"],

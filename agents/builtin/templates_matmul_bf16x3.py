@@ -30,6 +30,7 @@ from typing import Any
 
 from agents.builtin._text import c_bool, c_params, fill, params_text, transposed, wrap
 from agents.builtin.candidate_python import MATMUL_OPERANDS_PY
+from agents.builtin.templates_cuda_mma import MMA_STEP_BEGIN_CU, MMA_STEP_END_CU
 
 MATMUL_BF16X3_CU = c_params(r"""
 // fp32 C = A @ B as three bf16 tensor-core products of split operands (hi + lo), fp32 accumulation.
@@ -182,40 +183,7 @@ matmul_bf16x3(const bf16_bits* __restrict__ Ah, const bf16_bits* __restrict__ Al
         }
     };
 
-    float acc[MI][NI][4];
-#pragma unroll
-    for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int j = 0; j < NI; ++j)
-#pragma unroll
-            for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
-
-    const int KT = K / BK;
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < KT) load_stage(s, s * BK);
-        asm volatile("cp.async.commit_group;" ::: "memory");
-    }
-
-    for (int kt = 0; kt < KT; ++kt) {
-        asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 2) : "memory");
-        __syncthreads();  // this stage has landed for every thread, and the stage reloaded below is free
-        const int next = kt + STAGES - 1;
-        if (next < KT) load_stage(next % STAGES, next * BK);
-        asm volatile("cp.async.commit_group;" ::: "memory");
-
-#if PROMOTE
-        float part[MI][NI][4];
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-            for (int j = 0; j < NI; ++j)
-#pragma unroll
-                for (int q = 0; q < 4; ++q) part[i][j][q] = 0.0f;
-#define ACC part
-#else
-#define ACC acc
-#endif
+@MMA_STEP_BEGIN@
         const bf16_bits* s = smem + (kt % STAGES) * STAGE_ELEMS;
         const bf16_bits* as_hi = s + (wm + lane % 16) * A_LD + (lane / 16) * 8;
 #if B_COL
@@ -258,26 +226,7 @@ matmul_bf16x3(const bf16_bits* __restrict__ Ah, const bf16_bits* __restrict__ Al
                     mma_bf16(ACC[i][j], ah[i], bh[j]);
                 }
         }
-#if PROMOTE
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-            for (int j = 0; j < NI; ++j)
-#pragma unroll
-                for (int q = 0; q < 4; ++q) acc[i][j][q] += part[i][j][q];
-#endif
-#undef ACC
-    }
-
-#pragma unroll
-    for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int j = 0; j < NI; ++j) {
-            const int r = row0 + wm + i * 16 + g, c = col0 + wn + j * 8 + 2 * t;
-            *reinterpret_cast<float2*>(C + (size_t)r * N + c) = make_float2(acc[i][j][0], acc[i][j][1]);
-            *reinterpret_cast<float2*>(C + (size_t)(r + 8) * N + c) = make_float2(acc[i][j][2], acc[i][j][3]);
-        }
-}
+@MMA_STEP_END@
 """)
 
 # The GEMM's module-level Python, the same in a matmul candidate and in an epilogue candidate whose heavy op it
@@ -404,6 +353,8 @@ def mm_module_py(params: dict[str, Any], summary: str, b_col: bool = False) -> s
     cu = fill(
         MATMUL_BF16X3_CU,
         SUMMARY_C=wrap(summary, "// "),
+        MMA_STEP_BEGIN=MMA_STEP_BEGIN_CU,
+        MMA_STEP_END=MMA_STEP_END_CU,
         BM=params["bm"],
         BN=params["bn"],
         BK=params["bk"],
