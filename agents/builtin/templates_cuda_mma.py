@@ -274,10 +274,12 @@ def valid(params: dict[str, Any]) -> bool:
     )
 
 
-def render_matmul_mma(params: dict[str, Any], summary: str) -> str:
+def fill_gemm(source: str, params: dict[str, Any], summary: str, **more: Any) -> str:
+    """A tensor-core GEMM's CUDA source (this one's or templates_matmul_bf16x3's) filled for one point: the
+    shared main loop, the tile shapes, the pipeline, promotion and the block order, and ``more``."""
     wm, wn = WARP_TILES[params["warp"]]
-    cu = fill(
-        MATMUL_MMA_CU,
+    return fill(
+        source,
         SUMMARY_C=wrap(summary, "// "),
         MMA_STEP_BEGIN=MMA_STEP_BEGIN_CU,
         MMA_STEP_END=MMA_STEP_END_CU,
@@ -287,11 +289,14 @@ def render_matmul_mma(params: dict[str, Any], summary: str) -> str:
         WM=wm,
         WN=wn,
         STAGES=params["stages"],
-        SPLIT=params["split"],
-        MIN_BLOCKS=1,
         PROMOTE=c_bool(params["promote"]),
         GROUP=8,
+        **more,
     )
+
+
+def render_matmul_mma(params: dict[str, Any], summary: str) -> str:
+    cu = fill_gemm(MATMUL_MMA_CU, params, summary, SPLIT=params["split"], MIN_BLOCKS=1)
     return fill(
         MATMUL_MMA_PY,
         SUMMARY_DOC=wrap(summary),

@@ -30,7 +30,7 @@ from typing import Any
 
 from agents.builtin._text import c_bool, c_params, fill, params_text, transposed, wrap
 from agents.builtin.candidate_python import MATMUL_OPERANDS_PY
-from agents.builtin.templates_cuda_mma import MMA_STEP_BEGIN_CU, MMA_STEP_END_CU
+from agents.builtin.templates_cuda_mma import WARP_TILES, fill_gemm, threads
 
 MATMUL_BF16X3_CU = c_params(r"""
 // fp32 C = A @ B as three bf16 tensor-core products of split operands (hi + lo), fp32 accumulation.
@@ -307,13 +307,6 @@ _TRANSPOSED = @TRANSPOSED@  # (A, B): multiplied as the problem's A.T / B.T
 """
 )
 
-WARP_TILES = {"64x32": (64, 32), "64x64": (64, 64), "32x64": (32, 64)}
-
-
-def threads(params: dict[str, Any]) -> int:
-    wm, wn = WARP_TILES[params["warp"]]
-    return (params["bm"] // wm) * (params["bn"] // wn) * 32
-
 
 def smem_bytes(params: dict[str, Any], b_col: bool = False) -> int:
     """Dynamic shared memory of one block: hi and lo tiles of A and B for every stage, rows padded by 8."""
@@ -349,23 +342,7 @@ def valid(params: dict[str, Any], b_col: bool = False) -> bool:
 
 def mm_module_py(params: dict[str, Any], summary: str, b_col: bool = False) -> str:
     """The GEMM's module-level Python (``MM_BF16X3_PY``) for one point; ``b_col``: B given as (N, K) rows."""
-    wm, wn = WARP_TILES[params["warp"]]
-    cu = fill(
-        MATMUL_BF16X3_CU,
-        SUMMARY_C=wrap(summary, "// "),
-        MMA_STEP_BEGIN=MMA_STEP_BEGIN_CU,
-        MMA_STEP_END=MMA_STEP_END_CU,
-        BM=params["bm"],
-        BN=params["bn"],
-        BK=params["bk"],
-        WM=wm,
-        WN=wn,
-        STAGES=params["stages"],
-        MIN_BLOCKS=params["min_blocks"],
-        PROMOTE=c_bool(params["promote"]),
-        GROUP=8,
-        B_COL=c_bool(b_col),
-    )
+    cu = fill_gemm(MATMUL_BF16X3_CU, params, summary, MIN_BLOCKS=params["min_blocks"], B_COL=c_bool(b_col))
     return fill(
         MM_BF16X3_PY,
         GEMM_SRC=cu,
