@@ -558,7 +558,8 @@ def check(problem_path: Path, template: str, params: dict, sandbox: LocalSandbox
     assert ev.result.status == "ok" and ev.accepted, f"{where}: {ev.result.reason} {ev.anti_cheat}\n{ev.result.details}"
     assert "second-shape check skipped" not in ev.result.details, where
     worst = ev.result.correctness.worst("max_abs_error")
-    assert worst is not None and worst < (1e-4 if policy == "strict" else 1e-3), f"{where}: error {worst}"
+    bound = 1e-4 if "strict" in TEMPLATES[template].policies else 1e-3  # bf16x3: ~2^-16 of each product
+    assert worst is not None and worst < bound, f"{where}: error {worst}"
     if TEMPLATES[template].family == "epilogue" and template != "epilogue_cuda_bf16x3":  # that one runs its own GEMM
         assert any(w.startswith("heavy op by the library") for w in ev.warnings), ev.warnings
 
