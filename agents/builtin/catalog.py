@@ -298,6 +298,12 @@ def _matmul_mma_text(p: Params) -> str:
 
 # --------------------------------------------------------------------------------------- validity
 
+
+def _tiles_divide(p: Params, s: Shape) -> bool:
+    """A tiled GEMM's block tile and K step divide the problem's M, N and K (its kernels take no ragged edges)."""
+    return s.m % p["bm"] == 0 and s.n % p["bn"] == 0 and s.k % p["bk"] == 0
+
+
 H200_SMS = 132  # the persistent templates size their grid by the GPU's SMs; the planner assumes an H100/H200
 
 
@@ -536,7 +542,7 @@ TEMPLATES: dict[str, Template] = {
             valid=templates_cuda_mma.valid,
             extras=("spec",),  # which operands the problem transposes
             irrelevant=lambda p: ("promote",) if p["split"] == 1 else (),
-            runs_on=lambda p, s: s.m % p["bm"] == 0 and s.n % p["bn"] == 0 and s.k % p["bk"] == 0,
+            runs_on=_tiles_divide,
             policies=("relaxed",),
         ),
         Template(
@@ -556,7 +562,7 @@ TEMPLATES: dict[str, Template] = {
             _matmul_bf16x3_text,
             valid=templates_matmul_bf16x3.valid,
             extras=("spec",),  # which operands the problem transposes
-            runs_on=lambda p, s: s.m % p["bm"] == 0 and s.n % p["bn"] == 0 and s.k % p["bk"] == 0,
+            runs_on=_tiles_divide,
             policies=("relaxed",),
         ),
         Template(
@@ -577,7 +583,7 @@ TEMPLATES: dict[str, Template] = {
             _matmul_simt_text,
             valid=templates_matmul_simt.valid,
             extras=("spec",),  # which operands the problem transposes
-            runs_on=lambda p, s: s.m % p["bm"] == 0 and s.n % p["bn"] == 0 and s.k % p["bk"] == 0,
+            runs_on=_tiles_divide,
         ),
     )
 }
