@@ -42,6 +42,7 @@ class Candidate(TypedDict, total=False):
     status: str  # JobResult status of the last evaluation: ok, compile_error, incorrect, ...
     reason: str  # one line: why that status
     correctness: dict[str, Any] | None  # CorrectnessReport as a dict
+    reduced_precision: list[str]  # where it computes below the problem's precision (the relaxed policy allows it)
     timing: dict[str, float] | None  # median ms per contender: eager, candidate (and compile)
     speedup_vs_eager: float | None
     speedup_vs_compile: float | None

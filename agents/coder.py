@@ -108,6 +108,7 @@ class Coder(ABC):
             status=ev.status,
             reason=ev.result.reason,
             correctness=ev.result.correctness.model_dump() if ev.result.correctness else None,
+            reduced_precision=ev.reduced_precision,
             timing=None,
         )
         candidate.update(template=idea["params"].get("template"), params=idea["params"].get("params"))  # type: ignore[typeddict-item]

@@ -54,7 +54,8 @@ class Critic:
             return "rejected", "verified but not timed"
         speedup = c["speedup_vs_best"]
         review = f"; over {REVIEW_SPEEDUP:g}×: flagged for review" if speedup > REVIEW_SPEEDUP else ""
-        return "accepted", f"verified on fresh inputs; {speedup:.2f}× vs the best reference{review}"
+        reduced = "; computes in reduced precision, as the relaxed policy allows" if c.get("reduced_precision") else ""
+        return "accepted", f"verified on fresh inputs; {speedup:.2f}× vs the best reference{review}{reduced}"
 
     def __call__(self, state: dict[str, Any], ctx: RoleContext) -> dict[str, Any]:
         round_ = state.get("round", 0)

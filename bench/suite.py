@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 from graphs import batch  # noqa: E402
 from graphs.batch.rows import NO_FAMILY, verified  # noqa: E402
 from graphs.batch.runner import FRESH_SEED  # noqa: E402
-from graphs.batch.table import device_name, mib, x  # noqa: E402
+from graphs.batch.table import best_cell, device_name, mib, precision_notes, x  # noqa: E402
 from graphs.cli import add_sandbox_options, add_timing_mode, sandbox_config, say  # noqa: E402
 from graphs.config import Budgets, RunConfig  # noqa: E402
 from graphs.logs import configure_logging  # noqa: E402
@@ -97,10 +97,9 @@ def markdown(record: dict[str, Any]) -> str:
             cells = [r["name"], mib(r.get("input_bytes") or 0), r.get("family", "—"), f"{r['status']}: {why[:100]}"]
             lines.append("| " + " | ".join(cells + [""] * (COLUMNS - len(cells))) + " |")
             continue
-        best = "reference stands" if r["reference_stands"] else f"{r['best_id']} `{r.get('template') or '?'}`"
         lines.append(
             f"| {r['name']} | {mib(r['input_bytes'])} | {r['family']} | {r['eager_ms']:.4f} | "
-            f"{x(r['compile_ms'], '.4f', '')} | {best} | {x(r['speedup_vs_eager'])} | "
+            f"{x(r['compile_ms'], '.4f', '')} | {best_cell(r)} | {x(r['speedup_vs_eager'])} | "
             f"{x(r['speedup_vs_compile'])} | **{x(r['speedup_vs_best'])}** | {x(r['pct_roofline'], '.1f', '%')} | "
             f"{_verified_cell(r)} | {r['candidates']} ({r['candidates_accepted']} accepted) | "
             f"{x(r['search_wall_s'], '.0f', '')} | {r['stop_reason']} |"
@@ -115,6 +114,7 @@ def markdown(record: dict[str, Any]) -> str:
         f"verified by the run and again on fresh seeds and weights: {s['kernels_verified_fresh']} of "
         f"{s['kernels_selected']}. Correct results: {x(None if rate is None else 100 * rate, '.0f', '%')}.",
         f"- Search wall time {s['search_wall_s']:.0f} s in all, {s['candidates']} candidates.",
+        *precision_notes(rows),
     ]
     return "\n".join(lines) + "\n"
 

@@ -20,6 +20,7 @@ from agents import registry
 from agents.base import Role, RoleContext
 from agents.coder import candidate_id
 from agents.llm import BudgetExceeded
+from graphs.rundata import precision_text
 from graphs.state import RunInput, RunOutput, RunState, best_candidate, merge_usage, message
 from tools.evaluation import evaluate
 
@@ -83,7 +84,10 @@ def finalize(state: dict[str, Any], ctx: RoleContext) -> dict[str, Any]:
     if best:
         (folder / "model_new.py").write_text(best["source"])
         (folder / "candidate.json").write_text(json.dumps({k: v for k, v in best.items() if k != "source"}, indent=1))
-        headline = f"best: {best['id']} at {best['speedup_vs_best']:.3f}× vs the faster of eager and torch.compile"
+        headline = (
+            f"best: {best['id']} at {best['speedup_vs_best']:.3f}× vs the faster of eager and torch.compile\n\n"
+            f"precision: {precision_text(best.get('reduced_precision'))}"
+        )
     else:
         headline = "no verified candidate beat the reference: the result is the reference (speedup 1.0)"
         (folder / "README.md").write_text(headline + "\n")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graphs.logs import configure_logging
+from graphs.rundata import precision_text
 from tools.errors import ConfigError, KernelforgeError, ProblemError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -61,6 +62,8 @@ def render(evaluation) -> str:
     lines.append(f"  verdict      {r.status}: {r.reason}")
     for finding in evaluation.anti_cheat:
         lines.append(f"  REJECTED     anti-cheat: {finding}")
+    if evaluation.reduced_precision:
+        lines.append(f"  PRECISION    {precision_text(evaluation.reduced_precision)}")
     for warning in evaluation.warnings:
         lines.append(f"  WARNING      {warning}")
     if r.compile:

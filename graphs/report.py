@@ -74,7 +74,12 @@ def candidate_summary(c: CandidateRecord, best_id: str | None) -> str:
         f'<span class="cid">{esc(c.id)}</span>{star} {badge(c)} '
         f'<span class="num">{esc(fmt(c.speedup_vs_best, ".3f", "×"))}</span> '
         f'<span class="muted">{esc(fmt(c.pct_roofline, ".1f", "% roofline"))}</span> '
-        f'<span class="idea">{esc(c.idea if len(c.idea) <= 110 else c.idea[:109] + "…")}</span>'
+        + (
+            '<span class="muted" title="see its correctness checks">· reduced precision</span> '
+            if c.reduced_precision
+            else ""
+        )
+        + f'<span class="idea">{esc(c.idea if len(c.idea) <= 110 else c.idea[:109] + "…")}</span>'
     )
 
 
@@ -152,6 +157,7 @@ def best_section(run: RunData) -> str:
                 ("% of roofline", fmt(best.pct_roofline, ".1f", "%")),
                 ("median ms", fmt(best.timing.get("candidate"), ".4f")),
                 ("tolerance policy", best.tolerance),
+                ("precision", best.precision),
                 ("max abs error", fmt(best.worst("max_abs_error"), ".3g")),
                 ("max abs error vs float64", fmt(best.worst("max_abs_error_vs_fp64"), ".3g")),
                 ("reference's own error vs float64", fmt(best.worst("reference_abs_error_vs_fp64"), ".3g")),
@@ -228,7 +234,8 @@ def _correctness(c: CandidateRecord) -> str:
         for k in checks
     ]
     heads = ["seed", "result", "max abs err", "max rel err", "vs float64", "reference vs float64", "reason"]
-    return f"<p>tolerance {esc(c.tolerance)}</p>" + table(heads, rows, cls="num")
+    head = f"<p>tolerance {esc(c.tolerance)} · precision {esc(c.precision)}</p>"
+    return head + table(heads, rows, cls="num")
 
 
 def _timing(c: CandidateRecord) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,22 @@ import structlog
 from graphs.runs import RunPaths, load_state, open_run
 
 log = structlog.get_logger(__name__)
+
+
+def precision_text(reduced: Sequence[str] | None) -> str:
+    """How a candidate's arithmetic reads in a report. ``reduced`` is ``Evaluation.reduced_precision``: the
+    findings of computing below the problem's precision that the relaxed policy let through (None: a run
+    saved before they were recorded)."""
+    if reduced is None:
+        return "not recorded"
+    if not reduced:
+        return "the problem's own (no reduced-precision finding)"
+    return "reduced, which the relaxed policy allows within its tolerance: " + "; ".join(reduced)
+
+
+def reduced_details(reduced: Sequence[str]) -> str:
+    """The findings without their trick name and line, each said once: for a table's footnote."""
+    return "; ".join(dict.fromkeys(r.split(": ", 1)[-1] for r in reduced))
 
 
 @dataclass(frozen=True)
@@ -101,6 +118,7 @@ class CandidateRecord:
     evaluation: dict[str, Any] | None  # candidates/<id>/result.json: the coder's last check
     profile: dict[str, Any]  # candidates/<id>/profile*.json (Nsight Compute metrics and the like)
     jobs: tuple[Job, ...] = ()
+    reduced_precision: tuple[str, ...] | None = None  # Evaluation.reduced_precision; None: not recorded
 
     def worst(self, key: str) -> float | None:
         """The largest value of a per-check error (e.g. ``max_abs_error``) over the correctness checks."""
@@ -114,6 +132,10 @@ class CandidateRecord:
         if not c:
             return "not checked"
         return f"{c.get('policy', '?')}: atol={c.get('atol', '?'):g} rtol={c.get('rtol', '?'):g}"
+
+    @property
+    def precision(self) -> str:
+        return precision_text(self.reduced_precision)
 
     @property
     def phases(self) -> dict[str, float]:
@@ -286,6 +308,8 @@ def _candidate(c: dict[str, Any], paths: RunPaths, jobs: dict[str | None, list[J
     folder = paths.candidates / c["id"]
     log_path = folder / "compile.log"
     profile = {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("profile*.json"))}
+    evaluation = _read_json(folder / "result.json")
+    reduced = c.get("reduced_precision", (evaluation or {}).get("reduced_precision"))
     return CandidateRecord(
         id=c["id"],
         round=c.get("round", 0),
@@ -306,9 +330,10 @@ def _candidate(c: dict[str, Any], paths: RunPaths, jobs: dict[str | None, list[J
         correctness=c.get("correctness"),
         params={k: c[k] for k in ("template", "params") if c.get(k) is not None},
         compile_log=log_path.read_text() if log_path.is_file() else "",
-        evaluation=_read_json(folder / "result.json"),
+        evaluation=evaluation,
         profile=profile,
         jobs=tuple(jobs.get(c["id"], [])),
+        reduced_precision=None if reduced is None else tuple(reduced),
     )
 
 

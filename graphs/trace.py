@@ -15,9 +15,10 @@ def fmt(x: float | None, spec: str, suffix: str = "") -> str:
 
 def candidate_line(c: CandidateRecord, best_id: str | None) -> str:
     star = " ★" if c.id == best_id else ""
+    reduced = " · reduced precision" if c.reduced_precision else ""
     return (
         f"{c.id}{star}  [{c.status}/{c.verdict or 'unjudged'}]  "
-        f"{fmt(c.speedup_vs_best, '.3f', '×')} vs best ref · {fmt(c.pct_roofline, '.1f', '%')} roofline"
+        f"{fmt(c.speedup_vs_best, '.3f', '×')} vs best ref · {fmt(c.pct_roofline, '.1f', '%')} roofline{reduced}"
         f" · {c.idea[:100]}"
     )
 
@@ -84,6 +85,7 @@ def candidate_detail(run: RunData, cid: str) -> list[str]:
         ("attempts", c.attempts),
         ("reason", c.reason),
         ("tolerance", c.tolerance),
+        ("precision", c.precision),
         ("max abs err", c.worst("max_abs_error")),
         ("diagnosis", c.diagnosis),
         ("critic_reason", c.critic_reason),

@@ -258,3 +258,14 @@ def test_reading_runs_does_not_import_torch(tmp_path: Path) -> None:
         [sys.executable, "-c", code, "runs"], cwd=ROOT, env=env, capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_eval_says_when_the_relaxed_policy_lets_reduced_precision_through(kforge_cache: Path) -> None:
+    bf16 = str(ROOT / "tests" / "fixtures" / "cheats" / "precision_downgrade_bf16.py")
+    proc = kforge(kforge_cache, "eval", "softmax_small", bf16, *FAST, "--checks", "2", "--policy", "relaxed")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("  PRECISION ")]
+    assert "reduced, which the relaxed policy allows within its tolerance: precision_downgrade at line 9" in line
+    proc = kforge(kforge_cache, "eval", "softmax_small", bf16, *FAST, "--checks", "2", "--policy", "strict")
+    assert proc.returncode == 1 and "REJECTED     anti-cheat: precision_downgrade at line 9" in proc.stdout
+    assert "PRECISION" not in proc.stdout

@@ -5,6 +5,7 @@ Everything else is real: the sandbox compiles, checks and times every candidate 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -132,3 +133,15 @@ def test_coder_tool_calls_reach_the_trace(tmp_path: Path) -> None:
     assert [m["kind"] for m in tool_msgs] == ["tool_call", "tool_result"]
     assert tool_msgs[1]["content"].startswith("check_candidate: ok") and tool_msgs[1]["candidate_id"] == "c1-0"
     assert state["usage"]["coder"]["tool_calls"] == 1 and state["usage"]["coder"]["job_s"] > 0
+
+
+def test_a_candidate_in_reduced_precision_passes_the_relaxed_policy_and_its_record_says_so(tmp_path: Path) -> None:
+    bf16 = code(FIXTURES / "cheats" / "precision_downgrade_bf16.py")
+    state, _ = run(tmp_path, [IDEA, bf16, REVIEW])
+    (c,) = state["candidates"]
+    assert c["status"] == "ok" and c["verdict"] == "accepted", c["reason"]
+    static, dynamic = c["reduced_precision"]
+    assert static == "precision_downgrade at line 9: uses torch.bfloat16, below the problem's precision"
+    assert dynamic.startswith("precision_downgrade: computed in reduced precision: ") and "bfloat16" in dynamic
+    saved = json.loads((tmp_path / "candidates" / c["id"] / "result.json").read_text())
+    assert saved["reduced_precision"] == c["reduced_precision"] and saved["anti_cheat"] == []

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
+from html import escape as html_escape
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ import pytest
 from graphs.plot import Point, speedup_svg, y_axis
 from graphs.rundata import RoundSummary, load_run, role_wall_seconds
 from tests.cdp import Browser, find_chromium
-from tests.conftest import CANDIDATES, FIXTURES, ROOT
+from tests.conftest import FIXTURES, ROOT
 from tests.fake_openai_server import FakeOpenAIServer
 from tools.paths import flocked
 
@@ -84,13 +85,15 @@ def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def llm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An LLM team: round 1 repairs a compile error, round 2's kernel stays wrong and is rejected."""
+    """An LLM team: round 1 repairs a compile error with a kernel that computes in bfloat16 (the relaxed policy
+    lets it through), round 2's kernel stays wrong and is rejected."""
     return run_once(tmp_path_factory, "llm-run", _llm_run)
 
 
 def _llm_run(root: Path) -> None:
     wrong = code(FIXTURES / "candidates" / "wrong_softmax_cpu.py")
-    answers = [IDEA, code(FIXTURES / "candidates" / "syntax_error_cpu.py"), code(CANDIDATES / "softmax_cpu.py"), REVIEW]
+    bf16 = code(FIXTURES / "cheats" / "precision_downgrade_bf16.py")
+    answers = [IDEA, code(FIXTURES / "candidates" / "syntax_error_cpu.py"), bf16, REVIEW]
     answers += [IDEA, wrong, wrong, REVIEW]
     with FakeOpenAIServer(models=("test-model",)) as server:
         for text in answers:
@@ -159,6 +162,7 @@ def test_report_sections_hold_the_runs_numbers(cpu_run: Path) -> None:
         *headline,
         f"{best.pct_roofline:.1f}%",
         "relaxed: atol=0.01 rtol=0.01",
+        html_escape("the problem's own (no reduced-precision finding)"),
         f"{best.worst('max_abs_error'):.3g}",
         "speedup vs faster reference",  # the plot's axis labels
         ">round</text>",
@@ -194,6 +198,19 @@ def test_llm_run_report_shows_prompts_tokens_rejections_and_escapes_text(llm_run
     html = (llm_run / "report.html").read_text()
     assert [c.verdict for c in run.candidates] == ["accepted", "rejected"]
     assert "incorrect/rejected" in tree_summary(html, "c2-0")
+    # c1-0 computes in bfloat16: the report, the trace and the critic all say so.
+    bf16 = run.candidate("c1-0")
+    assert bf16 is not None and bf16.precision.startswith("reduced, which the relaxed policy allows")
+    assert "precision_downgrade at line 9: uses torch.bfloat16" in bf16.precision
+    assert f"precision {html_escape(bf16.precision)}</p>" in html
+    assert bf16.critic_reason and bf16.critic_reason.endswith(
+        "; computes in reduced precision, as the relaxed policy allows"
+    )
+    trace = kforge("trace", llm_run.name, "--runs-dir", str(llm_run.parent))
+    assert re.search(r"└─ c1-0(?: ★)?  \[ok/accepted\]  .* roofline · reduced precision · ", trace.stdout), trace.stdout
+    assert "reduced precision" in tree_summary(html, "c1-0") and "reduced precision" not in tree_summary(html, "c2-0")
+    (c2,) = [line for line in trace.stdout.splitlines() if line.lstrip().startswith("└─ c2-0")]
+    assert "reduced precision" not in c2
     planner = next(u for u in run.usage if u.role == "planner")
     assert (planner.llm_calls, planner.input_tokens, planner.output_tokens) == (2, 2400, 600)
     assert re.search(r"<td>planner</td><td>[\d.]+</td><td>2</td><td>2400</td><td>600</td>", html)

@@ -269,18 +269,44 @@ def test_geometric_means_count_a_standing_reference_as_one() -> None:
     assert s["geomean_vs_best"] == pytest.approx(2.0)  # the wrong kernel's 9.0 counts as 1.0
 
 
-def test_slices_run_apart_merge_into_one_table(tmp_path: Path) -> None:
-    bench_suite = _load_script()
+def _done_row(name: str) -> dict[str, Any]:
+    """A finished row whose reference stands."""
     done = {"status": "done", "reference_stands": True, "verified": True, "family": "softmax", "input_bytes": 2**20}
     done |= {"eager_ms": 1.0, "compile_ms": None, "pct_roofline": None, "candidates": 0, "candidates_accepted": 0}
     done |= {"speedup_vs_best": 1.0, "speedup_vs_eager": 1.0, "speedup_vs_compile": None, "search_wall_s": 1.0}
-    done |= {"stop_reason": "completed 1 rounds"}
+    return done | {"stop_reason": "completed 1 rounds", "name": name}
+
+
+def test_a_kernel_below_the_problem_s_precision_is_marked_and_said_under_the_table() -> None:
+    bench_suite = _load_script()
+    reduced = [
+        "precision_downgrade at line 115: C/CUDA source computes in bfloat16 ('.bf16x2')",
+        "precision_downgrade at line 344: uses torch.bfloat16, below the problem's precision",
+        "precision_downgrade at line 360: C/CUDA source computes in bfloat16 ('.bf16x2')",
+    ]
+    kernel = _done_row("matmul") | {"reference_stands": False, "best_id": "c1-0", "template": "matmul_cuda_bf16x3"}
+    kernel |= {"run_checks": {"passed": 5, "checks": 5}, "fresh_check": {"accepted": True, "passed": 5, "checks": 5}}
+    rows = [kernel | {"reduced_precision": reduced}, _done_row("relu"), kernel | {"name": "mm_fp32"}]
+    record = {"date": "2026-12-04", "commit": "abc1234", "device": "cuda", "command": "python3 bench/suite.py"}
+    md = bench_suite.markdown(record | {"rows": rows, "summary": bench_suite.summarise(rows)})
+    table = {line.split(" | ")[0][2:]: line for line in md.splitlines() if line.startswith("| ")}
+    assert "c1-0 `matmul_cuda_bf16x3` †" in table["matmul"] and "†" not in table["mm_fp32"] + table["relu"]
+    (note,) = [line for line in md.splitlines() if line.startswith("- †")]
+    assert note.endswith(
+        "relaxed policy allows within its tolerance: matmul (C/CUDA source computes in bfloat16 ('.bf16x2'); "
+        "uses torch.bfloat16, below the problem's precision)."
+    )
+
+
+def test_slices_run_apart_merge_into_one_table(tmp_path: Path) -> None:
+    bench_suite = _load_script()
+    done = _done_row("a")
     base = {"date": "2026-12-01", "commit": "abc1234", "device": "cuda", "settings": {}}
     slices = [
         {
             **base,
             "command": "python3 bench/suite.py --only a",
-            "rows": [{**done, "name": "a"}, {"name": "b", "status": "pending"}],
+            "rows": [done, {"name": "b", "status": "pending"}],
         },
         {**base, "date": "2026-12-02", "command": "python3 bench/suite.py --only b", "rows": [{**done, "name": "b"}]},
     ]

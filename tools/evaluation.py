@@ -35,6 +35,11 @@ class Evaluation(BaseModel):
     ceilings: Ceilings | None = None
     floor: Floor | None = None
     anti_cheat: list[str] = Field([], description="anti-cheat findings (static, then dynamic) that reject it")
+    reduced_precision: list[str] = Field(
+        [],
+        description="where it computes below the problem's precision (static, then dynamic findings) and the "
+        "relaxed policy allows it: every report says so",
+    )
     warnings: list[str] = Field([], description="degenerate problem, a speedup over 10× to review, ...")
 
     @property
@@ -133,9 +138,12 @@ def evaluate(
     bound = log.bind(job_id=job.job_id, problem=problem.name, candidate=candidate_name)
     bound.info("evaluate_start", device=device, policy=policy)
     result = sandbox.run(job)
-    findings = blocking(static_findings(candidate_source, problem.info), policy) if candidate_source else []
+    found = static_findings(candidate_source, problem.info) if candidate_source else []
+    rejecting = blocking(found, policy)
     evaluation = Evaluation(
-        anti_cheat=[str(f) for f in findings] + [str(f) for f in result.findings if f.blocking],
+        anti_cheat=[str(f) for f in rejecting] + [str(f) for f in result.findings if f.blocking],
+        reduced_precision=[str(f) for f in found if f not in rejecting]
+        + [str(f) for f in result.findings if not f.blocking],
         warnings=list(result.warnings),
         problem=problem.name,
         problem_path=str(problem.path),

@@ -123,6 +123,7 @@ def row_for(name: str, problem: Problem, paths: RunPaths, how: str, fresh: bool)
             pct_roofline=100.0 * b["floor_ms"] / ref_ms if b.get("floor_ms") else None,
             run_checks=None,
             verdict=None,
+            reduced_precision=[],
         )
     else:
         row.update(
@@ -137,6 +138,7 @@ def row_for(name: str, problem: Problem, paths: RunPaths, how: str, fresh: bool)
             pct_roofline=best.get("pct_roofline"),
             run_checks=_checks(best),
             verdict=best.get("verdict"),
+            reduced_precision=best.get("reduced_precision"),  # None: a run saved before it was recorded
         )
     row["verified"] = verified(row, fresh)
     row.update(best_kernel(row, candidates))

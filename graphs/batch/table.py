@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from graphs.batch.metrics import FAST_P, summarise
+from graphs.rundata import reduced_details
 from tools.errors import ConfigError
 from tools.paths import write_atomic
 
@@ -36,10 +37,20 @@ def device_name(record: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return env.get("gpu") or env.get("cpu") or record["device"], env
 
 
-def _best_cell(r: dict[str, Any]) -> str:
+def best_cell(r: dict[str, Any]) -> str:
+    """The selected result; † marks a kernel that computes below the problem's precision (see ``precision_notes``)."""
     if r.get("reference_stands"):
         return "reference stands"
-    return f"{r['best_id']} `{r.get('template') or '?'}`"
+    return f"{r['best_id']} `{r.get('template') or '?'}`" + (" †" if r.get("reduced_precision") else "")
+
+
+def precision_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """The table's footnote: what each † kernel computes in, which only the relaxed policy allows."""
+    marked = [r for r in rows if r.get("status") == "done" and r.get("reduced_precision")]
+    if not marked:
+        return []
+    items = "; ".join(f"{r['name']} ({reduced_details(r['reduced_precision'])})" for r in marked)
+    return [f"- † Below the problem's precision, which the relaxed policy allows within its tolerance: {items}."]
 
 
 def _kernel_cell(r: dict[str, Any]) -> str:
@@ -72,7 +83,7 @@ def markdown(record: dict[str, Any]) -> str:
             continue
         lines.append(
             f"| {r['name']} | {r['outcome']} | {r['eager_ms']:.4f} | {x(r['compile_ms'], '.4f', '')} | "
-            f"{_best_cell(r)} | {x(r['speedup_vs_eager'])} | {x(r['speedup_vs_compile'])} | "
+            f"{best_cell(r)} | {x(r['speedup_vs_eager'])} | {x(r['speedup_vs_compile'])} | "
             f"**{x(r['speedup_vs_best'])}** | {_kernel_cell(r)} | {r['candidates']} | {r.get('tokens') or 0} | "
             f"{r.get('dollars') or 0:.2f} | {x(r.get('search_wall_s'), '.0f', '')} |"
         )
@@ -89,6 +100,7 @@ def markdown(record: dict[str, Any]) -> str:
         f"eager, {x(s['geomean_vs_compile'])} vs torch.compile.",
         f"- Spent: {s['tokens']:,} tokens, ${s['dollars']:.2f}, {s['candidates']} candidates, search wall time "
         f"{s['search_wall_s']:.0f} s (this session's batch wall time {record.get('wall_s', 0.0):.0f} s).",
+        *precision_notes(rows),
     ]
     return "\n".join(lines) + "\n"
 
