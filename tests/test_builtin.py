@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from agents import builtin
-from agents.builtin.catalog import TEMPLATES, seeds
+from agents.builtin.catalog import TEMPLATES
+from agents.builtin.seeds import seeds
 from bench.matmul_accuracy import worst
 from sandbox.local import LocalSandbox
 from sandbox.protocol import CorrectnessReport, TimingConfig

@@ -18,7 +18,8 @@ import torch
 
 from agents import builtin
 from agents.builtin import pointwise
-from agents.builtin.catalog import TEMPLATES, seeds
+from agents.builtin.catalog import TEMPLATES
+from agents.builtin.seeds import seeds
 from agents.builtin.templates_elementwise_epilogue import tail_bias
 from agents.builtin.templates_elementwise_expression import expression_text
 from agents.builtin.templates_elementwise_math import COMMON, CPU_MATH

@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from agents import builtin
-from agents.builtin.catalog import TEMPLATES, seeds
+from agents.builtin.catalog import TEMPLATES
 from agents.builtin.recognise_reduce import NORMS, split_dims
+from agents.builtin.seeds import seeds
 from sandbox.local import LocalSandbox
 from sandbox.protocol import TimingConfig
 from tests.conftest import PROBLEMS, assert_cuda_renderings_compile

@@ -7,7 +7,8 @@ coder calls ``render`` to turn one into a candidate file; both work from the tem
   RMSNorm in ``recognise_reduce.py``), or "elementwise" / "epilogue" for pointwise chains (``pointwise.py``).
 - ``propose(info, device, k, tried, parent, policy)``: up to k new ``IdeaSpec``s, deterministic (``search.py``).
 - ``render(template, params, device)``: the full source of a candidate defining ``ModelNew``
-  (``catalog.py``, with the kernels in ``templates_cpu.py`` and ``templates_cuda.py``).
+  (``catalog.py``, ``catalog_elementwise.py``, ``catalog_reduce.py``; the kernels in ``templates_*.py``, a
+  module per family and device or per kernel design; ``templates_cpu.py`` holds what the CPU ones share).
 """
 
 from __future__ import annotations

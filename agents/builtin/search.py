@@ -18,8 +18,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.builtin.catalog import TEMPLATES, Params, Template, key, seeds, templates_for
+from agents.builtin.catalog import TEMPLATES, Params, Template, key, templates_for
 from agents.builtin.recognise import Shape, analyse
+from agents.builtin.seeds import seeds
 from agents.builtin.words import FAR_FROM_ROOFLINE, Change, expected_gain
 from tools.problem import ProblemInfo
 

@@ -4,7 +4,7 @@
 x once for the statistics (``split`` blocks per row, shifted sums, ``unroll`` float4 loads in flight per
 thread). Kernel 2 tiles the columns: a block loads its tile of the weight and bias once into registers and
 normalises that tile for a group of ``rows_per_block`` rows, so the weight and bias cross the memory system once
-per group instead of once per row (the split kernel of ``templates_cuda`` reads them once per row: 512 MiB of
+per group instead of once per row (``layernorm_cuda_split`` reads them once per row: 512 MiB of
 extra L2 traffic on the (16, 64, 256, 256) problem). ``tail_first`` walks each group's rows last to first:
 kernel 1 read the last rows most recently, so they are the ones still in L2 (no gain measurable on the H200:
 bench/RESULTS.md). On that problem the two kernels move 800 MiB at 88% of the copy ceiling.
@@ -20,7 +20,7 @@ shared memory (cp.async), so the memory system is not idle over the wait. DRAM t
 weight and bias once (ncu: 303 MB read and 243 MB written on (16, 64, 256, 256)).
 
 The kernel sources are raw string literals whose ``#ifndef`` defaults are the chosen parameters, like
-``templates_cuda``.
+``templates_layernorm_rows_cuda``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 
 from agents.builtin._text import LAYERNORM_MODULE, c_bool, c_params, fill, params_text, wrap
 from agents.builtin.candidate_python import LAYERNORM_FORWARD_PY
-from agents.builtin.templates_cuda import LAYERNORM_COMMON, layernorm_candidate
+from agents.builtin.templates_layernorm_rows_cuda import LAYERNORM_COMMON, layernorm_candidate
 
 LAYERNORM_WIDE_CU = c_params(r"""
 // LayerNorm for a few long rows: statistics kernel, then a column-tiled normalising kernel.

@@ -4,7 +4,7 @@ of its docstring, and the RMSNorm module that holds the reference's weight.
 Both families see the input as ``(outer, reduced, inner)`` (``agents.builtin.recognise_reduce``); the kernels
 are in ``templates_reduce_cuda``, ``templates_reduce_cpu``, ``templates_rmsnorm_cuda`` and
 ``templates_rmsnorm_cpu``. Every candidate file is complete: the kernel source is one raw string literal whose
-``#ifndef`` defaults are the chosen parameters, like ``templates_cuda`` and ``templates_cpu``.
+``#ifndef`` defaults are the chosen parameters, like the other CUDA and CPU templates.
 """
 
 from __future__ import annotations
