@@ -24,10 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import structlog
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tools.problem import ProblemInfo, TensorSpec
+
+log = structlog.get_logger(__name__)
 
 FAMILIES = ("softmax", "layernorm", "matmul", "reduce", "elementwise", "epilogue")
 _FAMILY_OF_OP = {
@@ -327,6 +330,7 @@ def _probe(path: str, sha256: str) -> dict[str, Any] | None:
         recorder = _ArgRecorder(inputs)
         with torch.no_grad(), recorder:
             recorder.returned(model(*inputs))
-    except Exception:  # a problem the probe cannot run on meta is simply not recognised: the reference stands
+    except Exception as exc:  # a problem the probe cannot run on meta is not recognised: the reference stands
+        log.info("meta_probe_failed", problem=path, error=f"{type(exc).__name__}: {exc}")
         return None
     return recorder.found

@@ -19,12 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import structlog
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from agents.builtin.recognise import Shape
 from tools.problem import ProblemInfo, TensorSpec
+
+log = structlog.get_logger(__name__)
 
 # aten overload -> (reduction, how its dims are given): "list" (a dim list, None or [] = all dims),
 # "int" (one dim, None = all), "all" (no dim argument: every dim).
@@ -162,7 +165,8 @@ def trace(path: str, sha256: str) -> Trace | None:
             result = model(*inputs)
         flat, _ = tree_flatten(result)
         outputs = tuple(tracer.ref(t) for t in flat if isinstance(t, torch.Tensor))
-    except Exception:  # a problem that does not run on meta is not recognised: the reference stands
+    except Exception as exc:  # a problem that does not run on meta is not recognised: the reference stands
+        log.info("meta_trace_failed", problem=path, error=f"{type(exc).__name__}: {exc}")
         return None
     shapes = tuple((name, tuple(int(d) for d in p.shape)) for name, p in model.named_parameters())
     return Trace(tuple(tracer.nodes), outputs, shapes)
