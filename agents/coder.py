@@ -146,7 +146,7 @@ class LLMCoder(Coder):
         parent = next((c for c in state.get("candidates", []) if c["id"] == idea["parent_id"]), None)
         # A repair starts from the attempt that failed; a first attempt from the idea's parent.
         base = failed_source if error is not None else (parent.get("source") if parent else None)
-        return Strategy(ctx.extras["chat"]).write(
+        return Strategy(ctx.extras["chat"], policy=ctx.settings.policy).write(
             problem_source=ctx.problem.source,
             device=ctx.settings.device,
             idea=dict(idea),

@@ -110,7 +110,7 @@ class LLMCritic(Critic):
         from agents.llm_roles import LLMCritic as Strategy
 
         update = super().__call__(state, ctx)
-        review = Strategy(ctx.extras["chat"], device=ctx.settings.device).review(
+        review = Strategy(ctx.extras["chat"], device=ctx.settings.device, policy=ctx.settings.policy).review(
             problem_source=ctx.problem.source,
             candidates=[{k: v for k, v in c.items() if k != "source"} for c in state.get("candidates", [])],
             best=None,

@@ -32,8 +32,12 @@ def target_rules(device: str) -> str:
     return render_prompt("target_cpu" if device.strip().lower().startswith("cpu") else "target_cuda")
 
 
-def system_prompt(device: str) -> str:
-    return render_prompt("system", target_rules=target_rules(device)).rstrip() + "\n"
+def system_prompt(device: str, policy: str = "relaxed") -> str:
+    """The rules every role works under: the candidate contract, the tolerance ``policy`` and the toolchain."""
+    if policy not in ("relaxed", "strict"):
+        raise ValueError(f"unknown tolerance policy {policy!r} (relaxed or strict)")
+    rules = render_prompt(f"policy_{policy}").rstrip("\n")
+    return render_prompt("system", target_rules=target_rules(device), policy_rules=rules).rstrip() + "\n"
 
 
 def _clip(text: Any, limit: int = MAX_LINE_CHARS) -> str:
@@ -104,9 +108,10 @@ class LLMPlanner:
 
     role = "planner"
 
-    def __init__(self, session: ChatSession, *, max_reasks: int = 2) -> None:
+    def __init__(self, session: ChatSession, *, max_reasks: int = 2, policy: str = "relaxed") -> None:
         self.session = session
         self.max_reasks = max_reasks
+        self.policy = policy  # the tolerance policy the system prompt states
 
     def prompts(
         self,
@@ -126,7 +131,7 @@ class LLMPlanner:
             best_section=best_section(best),
             feedback=feedback.strip() or "(none yet)",
         )
-        return system_prompt(device), user
+        return system_prompt(device, self.policy), user
 
     def propose(
         self,
@@ -216,10 +221,13 @@ class LLMCoder:
 
     role = "coder"
 
-    def __init__(self, session: ChatSession, *, max_reasks: int = 2, max_tool_rounds: int = 4) -> None:
+    def __init__(
+        self, session: ChatSession, *, max_reasks: int = 2, max_tool_rounds: int = 4, policy: str = "relaxed"
+    ) -> None:
         self.session = session
         self.max_reasks = max_reasks
         self.max_tool_rounds = max_tool_rounds
+        self.policy = policy  # the tolerance policy the system prompt states
 
     def prompts(
         self,
@@ -254,7 +262,7 @@ class LLMCoder:
                 expected_gain=str(idea.get("expected_gain", "")).strip() or "-",
                 parent_section=section,
             )
-        return system_prompt(device), user
+        return system_prompt(device, self.policy), user
 
     def write(
         self,
@@ -312,10 +320,13 @@ class LLMCritic:
 
     role = "critic"
 
-    def __init__(self, session: ChatSession, *, max_reasks: int = 2, device: str = "cuda") -> None:
+    def __init__(
+        self, session: ChatSession, *, max_reasks: int = 2, device: str = "cuda", policy: str = "relaxed"
+    ) -> None:
         self.session = session
         self.max_reasks = max_reasks
         self.device = device  # picks the toolchain rules of the system prompt
+        self.policy = policy  # the tolerance policy it states
 
     def prompts(
         self,
@@ -344,7 +355,7 @@ class LLMCritic:
             round=round,
             rounds_left=rounds_left,
         )
-        return system_prompt(self.device), user
+        return system_prompt(self.device, self.policy), user
 
     def review(
         self,

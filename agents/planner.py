@@ -85,7 +85,7 @@ class LLMPlanner:
         round_ = state.get("round", 0) + 1
         best = best_candidate(state)  # type: ignore[arg-type]
         feedback = state.get("feedback", [])
-        drafts = Strategy(ctx.extras["chat"]).propose(
+        drafts = Strategy(ctx.extras["chat"], policy=ctx.settings.policy).propose(
             problem_source=ctx.problem.source,
             device=ctx.settings.device,
             k=ctx.settings.ideas,

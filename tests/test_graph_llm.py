@@ -145,3 +145,11 @@ def test_a_candidate_in_reduced_precision_passes_the_relaxed_policy_and_its_reco
     assert dynamic.startswith("precision_downgrade: computed in reduced precision: ") and "bfloat16" in dynamic
     saved = json.loads((tmp_path / "candidates" / c["id"] / "result.json").read_text())
     assert saved["reduced_precision"] == c["reduced_precision"] and saved["anti_cheat"] == []
+
+
+def test_every_role_is_told_the_run_s_tolerance_policy(tmp_path: Path) -> None:
+    state, model = run(tmp_path, [IDEA, code(CANDIDATES / "softmax_cpu.py"), REVIEW], policy="strict")
+    systems = [seen[0].content for seen in model.seen]
+    assert len(systems) == 3 and all("strict tolerance policy" in s and "1e-4" in s for s in systems)
+    assert not any("Lower precision" in s for s in systems)
+    assert state["candidates"][0]["verdict"] == "accepted"  # the fp32 C kernel meets 1e-4

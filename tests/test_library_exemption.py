@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents.builtin.pointwise import DIAGONAL, HANDLED, HEAVY, TRANSPOSES, VIEWS
+from agents.builtin.pointwise_trace import DIAGONAL, HANDLED, HEAVY, TRANSPOSES, VIEWS
 from sandbox.local import LocalSandbox
 from sandbox.protocol import TimingConfig
 from tests.conftest import FIXTURES, PROBLEMS

@@ -439,6 +439,8 @@ def test_prompt_snapshots() -> None:
     error = 'kernel.cu(2): error: identifier "cols" is undefined'
     check_snapshot("repair", both(coder.prompts(PROBLEM, "cuda", idea, CANDIDATE, error)))
     check_snapshot("critic", both(critic.prompts(PROBLEM, HISTORY, BEST, 1, 2)))
+    strict = LLMCritic(session, device="cpu", policy="strict").prompts(PROBLEM, HISTORY, BEST, 1, 2)[0]
+    check_snapshot("system_strict_cpu", strict)
 
 
 def test_coder_prompt_with_tools_snapshot() -> None:

@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from agents.builtin._text import c_float
-from agents.builtin.pointwise import BOOL_OPS, TRANSCENDENTAL
+from agents.builtin.pointwise_trace import BOOL_OPS, TRANSCENDENTAL
 
 
 class Expression:
