@@ -57,7 +57,8 @@ def _x(value: Any) -> str | None:
 
 
 def result_line(c: dict[str, Any]) -> str:
-    """``ok · 1.23× vs best reference (1.50× vs eager) · 45% of roofline``, or the status and reason."""
+    """``ok · 1.23× vs best reference (1.50× vs eager) · 45% of roofline``, or the status and reason; ``· reduced
+    precision`` when the relaxed policy let it compute below the problem's precision."""
     status = c.get("status") or "not evaluated"
     parts = [str(status)]
     if status != "ok" and c.get("reason"):
@@ -69,6 +70,8 @@ def result_line(c: dict[str, Any]) -> str:
         parts.append(f"{eager} vs eager")
     if isinstance(c.get("pct_roofline"), int | float):
         parts.append(f"{c['pct_roofline']:.0f}% of roofline")
+    if c.get("reduced_precision"):
+        parts.append("reduced precision")
     return " · ".join(parts)
 
 

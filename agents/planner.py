@@ -22,6 +22,7 @@ def tried_summary(state: dict[str, Any]) -> list[dict[str, Any]]:
             "speedup_vs_best": c.get("speedup_vs_best"),
             "pct_roofline": c.get("pct_roofline"),
             "diagnosis": c.get("diagnosis"),
+            "reduced_precision": c.get("reduced_precision"),
         }
         for c in state.get("candidates", [])
     ]

@@ -92,6 +92,15 @@ HISTORY: list[dict[str, Any]] = [
         "status": "incorrect",
         "reason": "max abs err 0.3 at row 7",
     },
+    {
+        "id": "c3",
+        "round": 1,
+        "parent_id": None,
+        "idea": "exp in bfloat16",
+        "status": "ok",
+        "speedup_vs_best": 0.95,
+        "reduced_precision": ["precision_downgrade at line 9: uses torch.bfloat16, below the problem's precision"],
+    },
 ]
 BEST = HISTORY[0]
 
