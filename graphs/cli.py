@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graphs.logs import configure_logging
-from graphs.rundata import precision_text
 from tools.errors import ConfigError, KernelforgeError, ProblemError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -54,6 +53,8 @@ def _fmt(x: float | None, spec: str = ".3g", suffix: str = "") -> str:
 
 
 def render(evaluation) -> str:
+    from graphs.rundata import precision_text
+
     r = evaluation.result
     lines = [
         f"{evaluation.problem} · {evaluation.candidate or 'reference only'} · {evaluation.device} · "
