@@ -308,8 +308,7 @@ def _candidate(c: dict[str, Any], paths: RunPaths, jobs: dict[str | None, list[J
     folder = paths.candidates / c["id"]
     log_path = folder / "compile.log"
     profile = {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("profile*.json"))}
-    evaluation = _read_json(folder / "result.json")
-    reduced = c.get("reduced_precision", (evaluation or {}).get("reduced_precision"))
+    reduced = c.get("reduced_precision")  # absent from runs saved before it was recorded
     return CandidateRecord(
         id=c["id"],
         round=c.get("round", 0),
@@ -330,7 +329,7 @@ def _candidate(c: dict[str, Any], paths: RunPaths, jobs: dict[str | None, list[J
         correctness=c.get("correctness"),
         params={k: c[k] for k in ("template", "params") if c.get(k) is not None},
         compile_log=log_path.read_text() if log_path.is_file() else "",
-        evaluation=evaluation,
+        evaluation=_read_json(folder / "result.json"),
         profile=profile,
         jobs=tuple(jobs.get(c["id"], [])),
         reduced_precision=None if reduced is None else tuple(reduced),
