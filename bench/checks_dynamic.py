@@ -5,7 +5,7 @@
 Each evaluation is the real one (``tools.evaluation.evaluate`` in a sandboxed worker: static and
 dynamic anti-cheat checks, correctness, timing). A fixture counts as caught when it is not accepted
 and its trick is named; the table says which half named it. Legitimate kernels: the hand-written
-candidates for the device and the builtin team's first-round candidates (``catalog.seeds``) for each
+candidates for the device and the builtin team's first-round candidates (``agents.builtin.seeds``) for each
 small problem; any of them not accepted is a false rejection. Fixtures that need CUDA are skipped
 on the CPU.
 """
@@ -23,8 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agents.builtin.catalog import TEMPLATES, render, seeds  # noqa: E402
+from agents.builtin.catalog import TEMPLATES, render  # noqa: E402
 from agents.builtin.recognise import analyse  # noqa: E402
+from agents.builtin.seeds import seeds  # noqa: E402
 from sandbox.local import LocalSandbox  # noqa: E402
 from sandbox.protocol import TimingConfig  # noqa: E402
 from tools.checks import blocking, static_findings  # noqa: E402

@@ -47,8 +47,9 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from agents.builtin.catalog import TEMPLATES, render, seeds  # noqa: E402
+from agents.builtin.catalog import TEMPLATES, render  # noqa: E402
 from agents.builtin.recognise import analyse  # noqa: E402
+from agents.builtin.seeds import seeds  # noqa: E402
 from bench.kernel_variants import COPY_BYTES_PER_S  # noqa: E402
 from tools.correctness import compare, flatten_outputs  # noqa: E402
 from tools.problem import Problem, build_model, exec_source, load_problem, make_inputs  # noqa: E402
