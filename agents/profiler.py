@@ -2,8 +2,9 @@
 
 Speedups against ``torch.compile`` are chained through the eager reference: the baseline measured
 compile / eager side by side, each candidate job measures eager / candidate side by side, and the
-product is compile / candidate. Every ratio comes from one process; no absolute time is compared
-across processes.
+product is compile / candidate. Every ratio comes from one process, as the median of per-trial ratios
+(``tools.timing.paired_ratios``); no absolute time is compared across processes. A noisy timing is said in
+the profiler's message (``tools.evaluation.noise_flags``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import structlog
 
 from agents.base import Candidate, RoleContext
 from graphs.state import message
-from tools.evaluation import evaluate
+from tools.evaluation import evaluate, noise_flags
 
 log = structlog.get_logger(__name__)
 LATENCY_BOUND_MS = 0.02  # below this a call is dominated by launch and dispatch overhead
@@ -66,7 +67,7 @@ class Profiler:
                 continue
             stats = ev.result.timing.stats
             eager_ms, cand_ms = stats["eager"].median_ms, stats["candidate"].median_ms
-            vs_eager = eager_ms / cand_ms
+            vs_eager = ev.result.timing.speedup("eager")  # per-trial pairs: robust to a busy machine's slow spells
             compile_ratio = baseline.get("compile_over_eager")
             vs_compile = vs_eager * compile_ratio if compile_ratio else None
             vs_best = vs_eager * min(1.0, compile_ratio) if compile_ratio else vs_eager
@@ -81,6 +82,9 @@ class Profiler:
             )
             updates.append(update)
             text = f"{c['id']}: {cand_ms:.4f} ms, {vs_best:.2f}× vs best reference; {diagnosis}"
+            for flag in noise_flags(ev.result.timing):
+                log.warning("timing_noisy", candidate_id=c["id"], detail=flag)
+                text += f"\nWARNING: {flag}"
             messages.append(message("profiler", "tool_result", text, round_, c["id"]))
             log.info("candidate_profiled", candidate_id=c["id"], median_ms=cand_ms, speedup_vs_best=vs_best)
         return {

@@ -53,7 +53,7 @@ def baseline(state: dict[str, Any], ctx: RoleContext) -> dict[str, Any]:
     data = {
         "eager_ms": eager,
         "compile_ms": compiled,
-        "compile_over_eager": compiled / eager if compiled else None,
+        "compile_over_eager": ev.result.timing.ratio("compile", "eager") if compiled else None,
         "best_reference": ev.result.timing.best_reference,
         "floor_ms": ev.floor.floor_ms if ev.floor else None,
         "bound": ev.floor.bound if ev.floor else None,

@@ -150,17 +150,28 @@ class TimingReport(BaseModel):
         False, description="CUDA: the host's launch work was hidden behind a held stream (times are GPU work)"
     )
     stats: dict[str, TimingStats]
+    paired: dict[str, float] = Field(
+        {},
+        description="\"a/b\": the median over trials of a's time over b's in the same trial (tools.timing."
+        "paired_ratios); empty in reports saved before it was recorded",
+    )
     seconds: float = Field(description="wall time of the whole timing phase")
 
-    def speedup(self, baseline: Contender, contender: Contender = "candidate") -> float | None:
-        if baseline not in self.stats or contender not in self.stats:
+    def ratio(self, a: Contender, b: Contender) -> float | None:
+        """a's time over b's: the paired per-trial median, or the ratio of the medians where none was recorded."""
+        if a not in self.stats or b not in self.stats:
             return None
-        return self.stats[baseline].median_ms / self.stats[contender].median_ms
+        return self.paired.get(f"{a}/{b}", self.stats[a].median_ms / self.stats[b].median_ms)
+
+    def speedup(self, baseline: Contender, contender: Contender = "candidate") -> float | None:
+        return self.ratio(baseline, contender)
 
     @property
     def best_reference(self) -> str | None:
         refs = [r for r in ("eager", "compile") if r in self.stats]
-        return min(refs, key=lambda r: self.stats[r].median_ms) if refs else None
+        if len(refs) == 2:
+            return "compile" if self.ratio("compile", "eager") < 1.0 else "eager"  # type: ignore[operator]
+        return refs[0] if refs else None
 
     @property
     def speedup_vs_best(self) -> float | None:

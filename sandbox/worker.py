@@ -499,7 +499,7 @@ def run_eval(job: EvalJob, phases: Phases) -> JobResult:
         with phases("timing"), candidate_code("timing the candidate"):
             audit = run.watch.audit.on() if run else contextlib.nullcontext()
             with audit:
-                stats, last, trials, seconds = timing.time_interleaved(
+                stats, paired, last, trials, seconds = timing.time_interleaved(
                     contenders, ref.timing_inputs, ref.refresh, ref.timer, job.timing, job.seed
                 )
         timing_report = TimingReport(
@@ -508,6 +508,7 @@ def run_eval(job: EvalJob, phases: Phases) -> JobResult:
             flush_bytes=ref.timer.flush_bytes if job.timing.flush_cache else 0,
             launch_hidden=device.type == "cuda" and job.timing.hide_launch,
             stats=stats,
+            paired=paired,
             seconds=round(seconds, 4),
         )
         common["timing"] = timing_report

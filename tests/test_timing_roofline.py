@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from sandbox.local import LocalSandbox
-from sandbox.protocol import Ceilings, TimingConfig
+from sandbox.protocol import Ceilings, TimingConfig, TimingReport
 from tests.conftest import PROBLEMS
-from tools.evaluation import get_ceilings
+from tools.evaluation import get_ceilings, noise_flags
 from tools.problem import load_problem
 from tools.roofline import cached_ceilings, floor, percent_of_roofline
-from tools.timing import CpuTimer, CudaTimer, refresher, summarize, time_interleaved
+from tools.timing import CpuTimer, CudaTimer, paired_ratios, refresher, summarize, time_interleaved
 
 H200_LIKE = Ceilings(
     device="cuda",
@@ -47,7 +47,7 @@ def test_every_trial_gets_fresh_values_in_the_same_buffers() -> None:
         return x * n
 
     cfg = TimingConfig(min_trials=4, min_seconds=0.0, warmup_trials=1)
-    stats, last, trials, _ = time_interleaved({"f": record}, buffers, refresh, CpuTimer(), cfg)
+    stats, _, last, trials, _ = time_interleaved({"f": record}, buffers, refresh, CpuTimer(), cfg)
     assert trials == 4 and stats["f"].trials == 4
     assert [v for _, v, _ in seen[1:]] == [0.0, 1.0, 2.0, 3.0]  # after the warm-up call: one value per trial
     assert {p for p, _, _ in seen} == {pointer}
@@ -65,9 +65,11 @@ def test_interleaved_timing_tells_slow_from_fast() -> None:
     inputs = [torch.randn(1000)]
     refresh = refresher(lambda k: [torch.randn(1000)], inputs)
     cfg = TimingConfig(min_trials=20, min_seconds=0.0, warmup_trials=1)
-    stats, last, trials, seconds = time_interleaved({"fast": fast, "slow": slow}, inputs, refresh, CpuTimer(), cfg)
+    contenders = {"fast": fast, "slow": slow}
+    stats, paired, last, trials, seconds = time_interleaved(contenders, inputs, refresh, CpuTimer(), cfg)
     assert stats["fast"].trials == stats["slow"].trials == trials == 20
     assert stats["slow"].median_ms >= 3.0 > stats["fast"].median_ms
+    assert paired["slow/fast"] > 1.0 > paired["fast/slow"]
     assert torch.equal(last["fast"], inputs[0] + 1)
     assert seconds > 0.06
 
@@ -165,3 +167,33 @@ def test_cpu_ceilings_are_measured_once_and_cached() -> None:
     assert first.copy_bytes_per_s > 1e8 and first.fp32_flops > 1e8
     assert cached_ceilings("cpu", "ci-cpu") == first
     assert get_ceilings(sandbox, "cpu", "ci-cpu") == first  # served from the cache
+
+
+def test_paired_ratios_hold_through_a_busy_machine_s_slow_spells() -> None:
+    # The candidate is 1.25x faster in every trial; in 9 of 20 trials the machine slowed everything 30x (another
+    # process on the cores). The medians fall on either side of the spells: eager's in a slow trial, the
+    # candidate's in a quick one. Per-trial pairs keep the 1.25.
+    slow = [t in (1, 3, 5, 7, 9, 11, 13, 15, 17) for t in range(20)]
+    eager = [30.0 if s else 1.0 for s in slow]
+    candidate = [24.0 if s else 0.8 for s in slow]
+    eager[0] = eager[2] = 30.0  # two more slow trials for eager alone: its median lands in a spell
+    paired = paired_ratios({"eager": eager, "candidate": candidate})
+    stats = {"eager": summarize(eager), "candidate": summarize(candidate)}
+    assert paired["eager/candidate"] == pytest.approx(1.25)
+    assert stats["eager"].median_ms / stats["candidate"].median_ms > 10  # what the medians alone would say
+    report = TimingReport(method="perf_counter", input_sets=20, flush_bytes=0, stats=stats, paired=paired, seconds=1)
+    assert report.speedup("eager") == pytest.approx(1.25)
+    (flag,) = noise_flags(report)
+    assert flag.startswith("noisy timing (eager's spread") and "vs eager 1.250× from per-trial pairs but" in flag
+    quiet = {"eager": [1.0, 1.01] * 10, "candidate": [0.8, 0.81] * 10}
+    steady = TimingReport(
+        method="perf_counter",
+        input_sets=20,
+        flush_bytes=0,
+        stats={k: summarize(v) for k, v in quiet.items()},
+        paired=paired_ratios(quiet),
+        seconds=1,
+    )
+    assert noise_flags(steady) == [] and steady.speedup("eager") == pytest.approx(1.25, rel=0.01)
+    # A report saved before paired ratios were recorded falls back to the ratio of medians.
+    assert steady.model_copy(update={"paired": {}}).speedup("eager") == pytest.approx(1.0 / 0.8, rel=0.02)

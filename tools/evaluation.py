@@ -6,13 +6,14 @@ wherever it was produced.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import structlog
 from pydantic import BaseModel, Field
 
 from sandbox.config import Sandbox
-from sandbox.protocol import Ceilings, CeilingsJob, Device, EvalJob, JobResult, Policy, TimingConfig
+from sandbox.protocol import Ceilings, CeilingsJob, Device, EvalJob, JobResult, Policy, TimingConfig, TimingReport
 from tools.checks import blocking, static_findings
 from tools.errors import CandidateError, EnvironmentProblem
 from tools.problem import Problem, check_fits
@@ -21,6 +22,8 @@ from tools.roofline import Floor, cached_ceilings, floor, percent_of_roofline, s
 log = structlog.get_logger(__name__)
 
 REVIEW_SPEEDUP = 10.0  # a speedup above this is reported, and flagged for a human to look at
+NOISY_SPREAD = 0.5  # a contender's interquartile range over its median above this: its times are not one level
+NOISY_DISAGREEMENT = 0.10  # paired and ratio-of-medians speedups further apart than this: the machine had slow spells
 
 
 class Evaluation(BaseModel):
@@ -69,11 +72,36 @@ class Evaluation(BaseModel):
 
 
 def review_flags(evaluation: Evaluation) -> list[str]:
-    """A speedup too good to take on trust: over ``REVIEW_SPEEDUP``× the best reference."""
+    """A speedup too good to take on trust (over ``REVIEW_SPEEDUP``× the best reference), and a noisy timing."""
+    flags = noise_flags(evaluation.result.timing) if evaluation.result.timing else []
     best = evaluation.speedups().get("vs_best")
-    if best is None or best <= REVIEW_SPEEDUP:
+    if best is not None and best > REVIEW_SPEEDUP:
+        flags.append(
+            f"{best:.1f}× over the best reference is more than {REVIEW_SPEEDUP:g}×: review it before trusting it"
+        )
+    return flags
+
+
+def noise_flags(timing: TimingReport) -> list[str]:
+    """One line when the times are too noisy to take a ratio from on trust: a contender's spread over
+    ``NOISY_SPREAD``, or a speedup whose paired estimate (the one reported) and ratio of medians differ by more
+    than ``NOISY_DISAGREEMENT``."""
+    spreads = {name: s.spread for name, s in timing.stats.items() if s.spread > NOISY_SPREAD}
+    apart = {}
+    for ref in ("eager", "compile"):
+        paired = timing.paired.get(f"{ref}/candidate")
+        if paired and "candidate" in timing.stats:
+            medians = timing.stats[ref].median_ms / timing.stats["candidate"].median_ms
+            if abs(math.log(medians / paired)) > math.log1p(NOISY_DISAGREEMENT):
+                apart[ref] = (paired, medians)
+    if not spreads and not apart:
         return []
-    return [f"{best:.1f}× over the best reference is more than {REVIEW_SPEEDUP:g}×: review it before trusting it"]
+    said = [f"{name}'s spread {spread:.2f}" for name, spread in spreads.items()]
+    said += [f"vs {ref} {p:.3f}× from per-trial pairs but {m:.3f}× from the medians" for ref, (p, m) in apart.items()]
+    return [
+        "noisy timing (" + "; ".join(said) + "): the machine had slow spells while it ran (another process on its "
+        "cores?); the paired ratios are the ones reported, but time it again on a quiet machine before trusting it"
+    ]
 
 
 def read_candidate(path: str | Path) -> str:

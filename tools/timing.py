@@ -179,6 +179,22 @@ def summarize(samples_ms: list[float], host_ms: list[float] | None = None) -> Ti
     )
 
 
+def paired_ratios(samples: dict[str, list[float]]) -> dict[str, float]:
+    """For each ordered pair of contenders, ``"a/b"``: the median over trials of a's time over b's in that trial.
+
+    A trial runs every contender back to back, so a slow spell of the machine (another process on the cores, a
+    clock change) slows both sides of one trial's ratio; the ratio of two medians can take its numerator from a
+    slow spell and its denominator from a quick one.
+    """
+    arrays = {name: np.asarray(s, dtype=np.float64) for name, s in samples.items()}
+    return {
+        f"{a}/{b}": float(np.median(arrays[a] / arrays[b]))
+        for a in arrays
+        for b in arrays
+        if a != b and len(arrays[a]) == len(arrays[b]) > 0
+    }
+
+
 def refresher(make: Callable[[int], list[Any]], buffers: list[Any]) -> Callable[[int], None]:
     """Refill ``buffers`` in place with the values of ``make(k)`` (a fresh seeded input set) for trial k.
 
@@ -202,12 +218,13 @@ def time_interleaved(
     timer: Timer,
     cfg: TimingConfig,
     seed: int = 0,
-) -> tuple[dict[str, TimingStats], dict[str, Any], int, float]:
+) -> tuple[dict[str, TimingStats], dict[str, float], dict[str, Any], int, float]:
     """Time every contender on the same inputs, fresh values each trial, in a shuffled order each trial.
 
     Before every trial ``refresh(trial)`` gives ``inputs`` new values; before every call the cache is
-    flushed. Returns the stats per contender, each contender's output from the last trial (so the
-    caller can check that timed calls returned real results), the number of trials and the wall time.
+    flushed. Returns the stats per contender, the paired ratios between them (``paired_ratios``), each
+    contender's output from the last trial (so the caller can check that timed calls returned real
+    results), the number of trials and the wall time.
     """
     rng = random.Random(seed)
     with torch.no_grad():
@@ -239,4 +256,4 @@ def time_interleaved(
             if trial >= cfg.min_trials and elapsed >= cfg.min_seconds:
                 break
     stats = {name: summarize(s, host[name]) for name, s in samples.items()}
-    return stats, last, trial, _perf_counter() - start
+    return stats, paired_ratios(samples), last, trial, _perf_counter() - start
