@@ -195,5 +195,7 @@ def test_paired_ratios_hold_through_a_busy_machine_s_slow_spells() -> None:
         seconds=1,
     )
     assert noise_flags(steady) == [] and steady.speedup("eager") == pytest.approx(1.25, rel=0.01)
+    # A trial whose time read 0 (shorter than the timer's resolution) gives no ratio; the others still do.
+    assert paired_ratios({"a": [1.0, 2.0, 0.0], "b": [2.0, 0.0, 1.0]}) == {"a/b": 0.5, "b/a": 2.0}
     # A report saved before paired ratios were recorded falls back to the ratio of medians.
     assert steady.model_copy(update={"paired": {}}).speedup("eager") == pytest.approx(1.0 / 0.8, rel=0.02)

@@ -187,12 +187,13 @@ def paired_ratios(samples: dict[str, list[float]]) -> dict[str, float]:
     slow spell and its denominator from a quick one.
     """
     arrays = {name: np.asarray(s, dtype=np.float64) for name, s in samples.items()}
-    return {
-        f"{a}/{b}": float(np.median(arrays[a] / arrays[b]))
-        for a in arrays
-        for b in arrays
-        if a != b and len(arrays[a]) == len(arrays[b]) > 0
-    }
+    out = {}
+    for a, x in arrays.items():
+        for b, y in arrays.items():
+            both = (x > 0) & (y > 0) if a != b and len(x) == len(y) else np.zeros(0, dtype=bool)
+            if both.any():  # a timer can read 0 for a call shorter than its resolution: no ratio from that trial
+                out[f"{a}/{b}"] = float(np.median(x[both] / y[both]))
+    return out
 
 
 def refresher(make: Callable[[int], list[Any]], buffers: list[Any]) -> Callable[[int], None]:
