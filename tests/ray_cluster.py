@@ -24,6 +24,7 @@ import pytest
 
 RAY = Path(sys.executable).with_name("ray")
 START_TIMEOUT_S = 120
+KILL_WAIT_S = 10.0  # for the processes of a SIGKILLed node to be gone
 
 
 def free_port() -> int:
@@ -151,13 +152,14 @@ class LocalRayCluster:
         (same session), and a worker left alive notices its raylet's death only after a while.
         """
         session = self.nodes[name].pid  # `ray start` leads its own session (start_new_session)
-        for _ in range(5):  # again, in case one forked while the others were being killed
-            members = _session_members(session)
-            if not members:
-                break
+        # Until none is left (a killed process stays live until the kernel has run its exit, and one may fork
+        # while the others are being killed), for at most KILL_WAIT_S.
+        deadline = time.monotonic() + KILL_WAIT_S
+        while (members := _session_members(session)) and time.monotonic() < deadline:
             for pid in members:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+            time.sleep(0.05)
         self.nodes[name].wait()
 
     def stop(self) -> None:
