@@ -1,6 +1,6 @@
 """The ``kforge`` command.
 
-Exit codes (``kforge eval``; the other commands use 0, 2 and 3 alike):
+Exit codes (``kforge eval``; the other commands use 0, 2 and 3 alike, and ``kforge profile`` 1 for a failed profile):
   0  the candidate is correct on every check (and timed)
   1  the candidate was rejected: compile_error, runtime_error, incorrect, rejected (a dynamic
      anti-cheat finding), timeout, crashed, or a static anti-cheat finding
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graphs.logs import configure_logging
+from graphs.profile_cmd import add_parser as add_profile_parser
 from tools.errors import ConfigError, KernelforgeError, ProblemError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -612,6 +613,8 @@ def build_parser() -> argparse.ArgumentParser:
     box.add_argument("action", choices=["build", "clean"])
     box.add_argument("--tag", default="kforge-sandbox:host", help="image tag to build (default kforge-sandbox:host)")
     box.set_defaults(func=cmd_sandbox)
+
+    add_profile_parser(sub)
 
     doctor = sub.add_parser("doctor", help="report GPU, CUDA, NVRTC, compiler, Docker and provider keys")
     doctor.set_defaults(func=cmd_doctor)

@@ -260,10 +260,53 @@ def _profile(c: CandidateRecord) -> str:
         ("diagnosis", c.diagnosis or "—"),
         ("% of roofline", fmt(c.pct_roofline, ".1f", "%")),
     ]
+    kernels = ""
     for name, metrics in c.profile.items():
+        if name == "profile":  # `kforge profile --run`: Nsight Compute's kernels, a table of their own
+            kernels = ncu_table(metrics)
+            continue
         flat = isinstance(metrics, dict) and all(not isinstance(v, dict | list) for v in metrics.values())
         items += [(f"{name}: {k}", v) for k, v in metrics.items()] if flat else [(name, json.dumps(metrics))]
-    return pairs(items)
+    return pairs(items) + kernels
+
+
+def ncu_table(data: dict[str, Any]) -> str:
+    """A saved ProfileReport: each contender's kernels under Nsight Compute."""
+    from tools.ncu import ProfileReport
+
+    report = ProfileReport.model_validate(data)
+    rows = []
+    for name, c in report.contenders.items():
+        ratio = report.traffic_ratio(name)
+        rows.append(
+            [
+                name,
+                f"{len(c.kernels)} kernel(s)",
+                "",
+                "",
+                fmt(c.duration_ns / 1e3, ".1f"),
+                fmt(c.dram_bytes / 1e6, ".1f") + (f" ({ratio:.2f}× the problem's)" if ratio else ""),
+                "",
+                "",
+                "",
+            ]
+        )
+        for k in c.kernels:
+            rows.append(
+                [
+                    "",
+                    k.name,
+                    f"{fmt(k.grid, 'd')} × {fmt(k.block, 'd')}",
+                    fmt(k.registers, "d"),
+                    fmt(k.duration_ns and k.duration_ns / 1e3, ".1f"),
+                    fmt(k.dram_bytes / 1e6, ".1f"),
+                    fmt(k.sm_pct, ".0f"),
+                    fmt(k.memory_pct, ".0f"),
+                    fmt(k.occupancy_pct, ".0f"),
+                ]
+            )
+    headers = ["contender", "kernel", "grid × block", "regs", "µs", "DRAM MB", "SM %", "mem %", "occ %"]
+    return f"<p>Nsight Compute ({esc(report.ncu)}), one call:</p>" + table(headers, rows, cls="num")
 
 
 def _jobs(c: CandidateRecord) -> str:

@@ -94,6 +94,13 @@ def candidate_detail(run: RunData, cid: str) -> list[str]:
         ("jobs", [f"{j.job_id} {j.status} {fmt(j.wall_s, '.2f', ' s')}" for j in c.jobs]),
     ]
     lines.extend(f"  {key}: {value}" for key, value in fields)
+    if "profile" in c.profile:  # saved by `kforge profile --run`
+        from graphs.profile_cmd import render_profile
+        from tools.ncu import ProfileReport
+
+        lines.append("  ncu profile:")
+        report = ProfileReport.model_validate(c.profile["profile"])
+        lines.extend("    " + line for line in render_profile(report, run.problem.get("name", "problem")).splitlines())
     lines.append("  source:")
     lines.extend("    " + line for line in c.source.splitlines())
     lines.append("  messages:")

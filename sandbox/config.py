@@ -10,7 +10,7 @@ from typing import Annotated, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
-from sandbox.protocol import CeilingsJob, EvalJob, JobResult
+from sandbox.protocol import AnyJob, JobResult
 from tools.errors import ConfigError
 
 # Variables a worker may inherit; everything else (API keys, tokens, cloud credentials) is dropped.
@@ -75,6 +75,12 @@ class DockerSandboxConfig(BaseModel):
     tmpfs_size: str = Field("4g", description="size of the container's /tmp, where jobs get scratch")
     env_allow: tuple[str, ...] = DEFAULT_ENV_ALLOW
     output_tail_bytes: int = 4096
+    profile_user: str = Field("0:0", description="user of the container a profile job (ncu) runs in, alone")
+    profile_caps: list[str] = Field(
+        ["SYS_ADMIN"],
+        description="capabilities that container keeps: ncu reads the GPU's counters; [] where the driver "
+        "lets every user (NVreg_RestrictProfilingToAdminUsers=0)",
+    )
 
 
 class RaySandboxConfig(BaseModel):
@@ -100,7 +106,7 @@ AnySandboxConfig = LocalSandboxConfig | DockerSandboxConfig | RaySandboxConfig
 
 
 class Sandbox(Protocol):
-    def run(self, job: EvalJob | CeilingsJob) -> JobResult:
+    def run(self, job: AnyJob) -> JobResult:
         """Run one job; a candidate's failure is a status in the result, never an exception."""
         ...
 

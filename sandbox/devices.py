@@ -33,7 +33,7 @@ from tools.errors import ConfigError, EnvironmentProblem
 from tools.paths import cache_dir, open_flock
 
 if TYPE_CHECKING:  # both import torch: a process that only takes turns need not
-    from sandbox.protocol import CeilingsJob, EvalJob
+    from sandbox.protocol import AnyJob
     from tools.device import VisibleGpu
 
 log = structlog.get_logger(__name__)
@@ -162,7 +162,7 @@ class HostDevices:
             return self._pools[device]
 
     @contextlib.contextmanager
-    def turn(self, job: EvalJob | CeilingsJob) -> Iterator[VisibleGpu | None]:
+    def turn(self, job: AnyJob) -> Iterator[VisibleGpu | None]:
         """Hold a device for ``job`` (alone if it times anything); yield its GPU, None for the CPU."""
         turns, gpus = self._pool(job.device)
         with turns.hold(exclusive=job.timed) as device:

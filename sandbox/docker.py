@@ -7,7 +7,9 @@ non-root user; the GPU it owns is pinned with a device request. Each job is a ``
 in on the exec's stdin, and the signed verdict comes back on its stdout (the worker moves everything
 printed to stderr, so only it writes there; unsigned bytes are a forgery, as with the local backend).
 After every job, processes it left behind are killed and its scratch folder removed; after a timeout
-or a sticky CUDA error the container is replaced.
+or a sticky CUDA error the container is replaced. A profile job (Nsight Compute) runs in a container of
+its own, started for it and removed after it: the one place a job runs as the container's root with
+CAP_SYS_ADMIN, which ncu needs to read the GPU's counters (``profile_user``, ``profile_caps``).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import structlog
 from sandbox.channel import KEY_BYTES
 from sandbox.config import DockerSandboxConfig
 from sandbox.devices import HostDevices
-from sandbox.protocol import CeilingsJob, EvalJob, JobResult
+from sandbox.protocol import AnyJob, JobResult
 from sandbox.verdict import how_it_ended, job_verdict
 from tools.errors import EnvironmentProblem
 
@@ -111,7 +113,9 @@ def default_mounts() -> list[str]:
 class _Container:
     """One running sandbox container and the processes that belong to it when idle."""
 
-    def __init__(self, client: Any, config: DockerSandboxConfig, gpu: str | None, jobs_dir: Path) -> None:
+    def __init__(
+        self, client: Any, config: DockerSandboxConfig, gpu: str | None, jobs_dir: Path, profiling: bool = False
+    ) -> None:
         from docker.types import DeviceRequest, Mount
 
         mounts = [Mount(p, p, type="bind", read_only=True) for p in (config.mounts or default_mounts())]
@@ -123,7 +127,7 @@ class _Container:
             config.image,
             [self.python, "-c", "import time; time.sleep(1 << 30)"],  # any image with Python has this
             detach=True,
-            name=f"kforge-sandbox-{secrets.token_hex(4)}",
+            name=f"kforge-{'profile' if profiling else 'sandbox'}-{secrets.token_hex(4)}",
             labels={"kernelforge": "sandbox"},
             network_mode="none",
             read_only=True,
@@ -131,8 +135,10 @@ class _Container:
             memswap_limit=config.memory,
             pids_limit=config.pids,
             cap_drop=["ALL"],
+            # ncu reads the GPU's performance counters, which the driver keeps for admins by default.
+            cap_add=config.profile_caps if profiling else None,
             security_opt=["no-new-privileges"],
-            user=config.user,
+            user=config.profile_user if profiling else config.user,
             init=True,
             mounts=mounts,
             # No working_dir under /tmp: docker would create it 0755 as root on the tmpfs.
@@ -227,16 +233,17 @@ class DockerSandbox:
             if c is None or not c.alive():
                 if c is not None:
                     c.remove()
-                try:
-                    c = _Container(self.client, self.config, gpu, self.jobs_dir)
-                except EnvironmentProblem:
-                    raise
-                except Exception as exc:  # the engine's own error text is the useful part
-                    raise EnvironmentProblem(
-                        f"cannot start the sandbox container ({self.config.image}): {exc}"
-                    ) from exc
+                c = self._start(gpu)
                 self._containers[gpu] = c
             return c
+
+    def _start(self, gpu: str | None, profiling: bool = False) -> _Container:
+        try:
+            return _Container(self.client, self.config, gpu, self.jobs_dir, profiling)
+        except EnvironmentProblem:
+            raise
+        except Exception as exc:  # the engine's own error text is the useful part
+            raise EnvironmentProblem(f"cannot start the sandbox container ({self.config.image}): {exc}") from exc
 
     def _recycle(self, gpu: str | None, container: _Container, why: str) -> None:
         """Remove ``container``; the next job on ``gpu`` starts a fresh one."""
@@ -263,17 +270,25 @@ class DockerSandbox:
         )
         return env
 
-    def run(self, job: EvalJob | CeilingsJob) -> JobResult:
+    def run(self, job: AnyJob) -> JobResult:
         # Host-wide turns, as the local backend takes them: a timing job has its device alone.
         with self._devices.turn(job) as gpu:
             return self._run_in_container(job, gpu.env_id if gpu else None)
 
-    def _run_in_container(self, job: EvalJob | CeilingsJob, gpu: str | None) -> JobResult:
+    def _run_in_container(self, job: AnyJob, gpu: str | None) -> JobResult:
         bound = log.bind(job_id=job.job_id, kind=job.kind, backend="docker", gpu=gpu)
         job_file = self.jobs_dir / f"{job.job_id}.json"
         job_file.write_text(job.model_dump_json())
         os.chmod(job_file, 0o644)
         scratch = f"/tmp/kforge-{job.job_id}"
+        if job.kind == "profile":
+            # Its privileges are the profiler's, not the jobs': a container of its own, gone after it.
+            container = self._start(gpu, profiling=True)
+            try:
+                return self._run(job, gpu, container, scratch, bound)
+            finally:
+                job_file.unlink(missing_ok=True)
+                container.remove()
         while True:
             container = self._container(gpu)
             with container.busy:
@@ -288,7 +303,7 @@ class DockerSandbox:
 
     def _run(
         self,
-        job: EvalJob | CeilingsJob,
+        job: AnyJob,
         gpu: str | None,
         container: _Container,
         scratch: str,

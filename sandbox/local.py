@@ -28,7 +28,7 @@ from sandbox.channel import KEY_BYTES
 from sandbox.config import LocalSandboxConfig
 from sandbox.devices import HostDevices
 from sandbox.prefork import ForkedProcess, ForkServerClient, ForkServerDied
-from sandbox.protocol import CeilingsJob, EvalJob, JobResult
+from sandbox.protocol import AnyJob, JobResult
 from sandbox.verdict import how_it_ended, job_verdict
 from tools.device import VisibleGpu
 
@@ -80,7 +80,7 @@ class LocalSandbox:
             return self._forkserver
 
     def _launch(
-        self, job: EvalJob | CeilingsJob, scratch: Path, fds: list[int], job_path: Path, env: dict[str, str]
+        self, job: AnyJob, scratch: Path, fds: list[int], job_path: Path, env: dict[str, str]
     ) -> subprocess.Popen[bytes] | ForkedProcess:
         """Start the worker on (key pipe, stdout, stderr, verdict pipe): forked, or a new interpreter."""
         key_fd, out_fd, err_fd, verdict_fd = fds
@@ -119,7 +119,7 @@ class LocalSandbox:
             env["KFORGE_CACHE_DIR"] = str(cache_dir())
         return env
 
-    def run(self, job: EvalJob | CeilingsJob) -> JobResult:
+    def run(self, job: AnyJob) -> JobResult:
         bound = log.bind(job_id=job.job_id, kind=job.kind)
         if self.config.prefork:
             # Start the fork server (seconds: it imports torch) before taking a turn, not while holding a GPU.
@@ -133,7 +133,7 @@ class LocalSandbox:
         return result.model_copy(update={"environment": {**result.environment, "gpu_index": gpu.index}})
 
     def _run_in_scratch(
-        self, job: EvalJob | CeilingsJob, gpu: VisibleGpu | None, bound: structlog.typing.FilteringBoundLogger
+        self, job: AnyJob, gpu: VisibleGpu | None, bound: structlog.typing.FilteringBoundLogger
     ) -> JobResult:
         scratch = Path(tempfile.mkdtemp(prefix=f"kforge-{job.job_id}-"))
         os.chmod(scratch, 0o700)
@@ -147,7 +147,7 @@ class LocalSandbox:
 
     def _run(
         self,
-        job: EvalJob | CeilingsJob,
+        job: AnyJob,
         scratch: Path,
         gpu: VisibleGpu | None,
         bound: structlog.typing.FilteringBoundLogger,

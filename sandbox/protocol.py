@@ -10,9 +10,10 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from tools.compile import CompileReport
+from tools.ncu import ProfileReport
 
 Device = Literal["cuda", "cpu"]
 Policy = Literal["relaxed", "strict"]
@@ -92,7 +93,37 @@ class CeilingsJob(BaseModel):
     timed: ClassVar[bool] = True  # it measures the device
 
 
-Job = Annotated[EvalJob | CeilingsJob, Field(discriminator="kind")]
+class ProfileJob(BaseModel):
+    """Profile one call of each contender under Nsight Compute: every kernel it launches, with its counters.
+
+    No verdict: the candidate is not checked here (``kforge eval`` does that), only measured.
+    """
+
+    kind: Literal["profile"] = "profile"
+    job_id: str = Field(default_factory=new_job_id)
+    problem_name: str
+    problem_source: str
+    candidate_name: str = "candidate.py"
+    candidate_source: str | None = None
+    contenders: list[Contender] = Field(["eager", "candidate"], min_length=1)
+    device: Literal["cuda"] = "cuda"
+    seed: int = 0
+    warmup: int = Field(3, ge=1, description="calls before the profiled one: compilation, autotuning, caches")
+    ncu: str | None = Field(None, description="path of ncu where the job runs; None: PATH, then CUDA's folders")
+    timeout_s: float = Field(900.0, gt=0)
+    timed: ClassVar[bool] = True  # counters are per device: another job's kernels would land in them
+
+    @model_validator(mode="after")
+    def _candidate_given(self) -> ProfileJob:
+        if "candidate" in self.contenders and self.candidate_source is None:
+            raise ValueError("profiling the candidate needs its source")
+        if len(set(self.contenders)) != len(self.contenders):
+            raise ValueError(f"contenders named twice: {self.contenders}")
+        return self
+
+
+AnyJob = EvalJob | CeilingsJob | ProfileJob
+Job = Annotated[AnyJob, Field(discriminator="kind")]
 
 
 class CheckResult(BaseModel):
@@ -214,6 +245,7 @@ class JobResult(BaseModel):
     correctness: CorrectnessReport | None = None
     timing: TimingReport | None = None
     ceilings: Ceilings | None = None
+    profile: ProfileReport | None = None
     findings: list[RuntimeFinding] = Field([], description="dynamic anti-cheat findings, blocking or not")
     warnings: list[str] = Field([], description="things a user should know: a degenerate problem, ...")
     phases: dict[str, float] = Field({}, description="seconds spent in each phase of the worker")

@@ -32,7 +32,7 @@ from pydantic import TypeAdapter
 from sandbox.config import LocalSandboxConfig, RaySandboxConfig
 from sandbox.local import LocalSandbox
 from sandbox.prefork import ForkedProcess
-from sandbox.protocol import CeilingsJob, EvalJob, Job, JobResult
+from sandbox.protocol import AnyJob, Job, JobResult
 from tools.errors import ConfigError, EnvironmentProblem, SandboxError
 
 try:
@@ -168,7 +168,7 @@ class _TaskSandbox(LocalSandbox):
     """The local backend as a Ray task runs it: a new interpreter per job, bound to the task's life."""
 
     def _launch(
-        self, job: EvalJob | CeilingsJob, scratch: Path, fds: list[int], job_path: Path, env: dict[str, str]
+        self, job: AnyJob, scratch: Path, fds: list[int], job_path: Path, env: dict[str, str]
     ) -> subprocess.Popen[bytes] | ForkedProcess:
         key_fd, out_fd, err_fd, verdict_fd = fds
         return subprocess.Popen(
@@ -219,11 +219,11 @@ class RaySandbox:
             ray.shutdown()
         self._connected_here = False
 
-    def run(self, job: EvalJob | CeilingsJob) -> JobResult:
+    def run(self, job: AnyJob) -> JobResult:
         (result,) = self.run_many([job])
         return result
 
-    def run_many(self, jobs: Iterable[EvalJob | CeilingsJob]) -> Iterator[JobResult]:
+    def run_many(self, jobs: Iterable[AnyJob]) -> Iterator[JobResult]:
         """Submit every job at once; yield each one's result as it finishes, exactly once.
 
         Jobs not yet finished when the caller stops reading are cancelled (their workers killed).
@@ -233,7 +233,7 @@ class RaySandbox:
         if len(set(ids)) != len(ids):
             raise ConfigError("run_many: two jobs share a job_id; results are told apart by it")
         self._check_resources(jobs)
-        pending: dict[Any, EvalJob | CeilingsJob] = {self._submit(job): job for job in jobs}
+        pending: dict[Any, AnyJob] = {self._submit(job): job for job in jobs}
         try:
             while pending:
                 done, _ = ray.wait(list(pending), num_returns=1)
@@ -243,7 +243,7 @@ class RaySandbox:
             for ref in pending:
                 ray.cancel(ref, force=True)
 
-    def _submit(self, job: EvalJob | CeilingsJob) -> Any:
+    def _submit(self, job: AnyJob) -> Any:
         return _job_task.options(
             name=f"kforge-{job.kind}-{job.job_id}",
             num_cpus=self.config.cpus_per_job,
@@ -252,7 +252,7 @@ class RaySandbox:
             retry_exceptions=False,
         ).remote(job.model_dump_json(), self._local)
 
-    def _check_resources(self, jobs: list[EvalJob | CeilingsJob]) -> None:
+    def _check_resources(self, jobs: list[AnyJob]) -> None:
         """Fail now, not wait forever, when no node of the cluster could ever run a job."""
         nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
         cpus = max((n.get("CPU", 0.0) for n in nodes), default=0.0)
@@ -267,7 +267,7 @@ class RaySandbox:
                 f"no node of the Ray cluster has a GPU and {self.config.cpus_per_job:g} CPU(s) for a CUDA job"
             )
 
-    def _result(self, job: EvalJob | CeilingsJob, ref: Any) -> JobResult:
+    def _result(self, job: AnyJob, ref: Any) -> JobResult:
         bound = log.bind(job_id=job.job_id, kind=job.kind)
         try:
             payload = ray.get(ref)

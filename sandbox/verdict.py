@@ -12,7 +12,7 @@ import signal
 import structlog
 
 from sandbox.channel import CUT_SHORT, unframe
-from sandbox.protocol import CeilingsJob, EvalJob, JobResult, RuntimeFinding
+from sandbox.protocol import AnyJob, JobResult, RuntimeFinding
 
 
 def signal_name(code: int) -> str:
@@ -30,7 +30,7 @@ def how_it_ended(exit_code: int | None) -> str:
 
 
 def job_verdict(
-    job: EvalJob | CeilingsJob,
+    job: AnyJob,
     data: bytes,
     key: bytes,
     *,

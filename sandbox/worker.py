@@ -28,14 +28,17 @@ import torch
 from pydantic import TypeAdapter
 from torch import nn
 
+from sandbox import profiling
 from sandbox.channel import KEY_BYTES, make_sender
 from sandbox.protocol import (
+    AnyJob,
     CeilingsJob,
     CheckResult,
     CorrectnessReport,
     EvalJob,
     Job,
     JobResult,
+    ProfileJob,
     RuntimeFinding,
     Status,
     TimingReport,
@@ -52,7 +55,7 @@ from tools.cheat_tricks import (
 from tools.compile import CompileReport, check_candidate_cuda, map_c_log_to_candidate
 from tools.device import cpu_name
 from tools.errors import CompileError, ProblemError
-from tools.problem import build_model, exec_source, import_source, make_inputs
+from tools.problem import build_model, copy_parameters, exec_source, import_source, make_inputs
 from tools.runtime_checks import AuditWatch, HarnessSnapshot, OpRecorder
 
 OUTPUT_LIMIT_BYTES = 256 << 20  # a candidate flooding stdout or disk is killed by SIGXFSZ
@@ -135,18 +138,6 @@ def environment(device: torch.device) -> dict[str, str]:
         env["cpu"] = cpu_name()
         env["threads"] = str(torch.get_num_threads())
     return env
-
-
-def _copy_parameters(reference: nn.Module, candidate: nn.Module) -> int:
-    """Copy reference weights into the candidate wherever name and shape match; return how many."""
-    theirs = candidate.state_dict()
-    copied = 0
-    with torch.no_grad():
-        for name, value in reference.state_dict().items():
-            if name in theirs and theirs[name].shape == value.shape:
-                theirs[name].copy_(value)
-                copied += 1
-    return copied
 
 
 def _fp64_reference(ref: nn.Module, inputs: list[Any]) -> tuple[list[torch.Tensor] | None, str]:
@@ -447,7 +438,7 @@ def run_eval(job: EvalJob, phases: Phases) -> JobResult:
                 if not (isinstance(model_cls, type) and issubclass(model_cls, nn.Module)):
                     raise JobFailed("runtime_error", "the candidate defines no `ModelNew` nn.Module subclass")
                 candidate = build_model(model_cls, ref.init, device, job.seed)
-                copied = _copy_parameters(ref.model, candidate)
+                copied = copy_parameters(ref.model, candidate)
             run = CandidateRun(job, device, ref, candidate, watch)
             run.note(watch.changes() + runtime_checks.inherited_reference(model_cls, ref.module.Model))
             with phases("correctness"):
@@ -537,7 +528,23 @@ def run_eval(job: EvalJob, phases: Phases) -> JobResult:
     return _result(job, "ok", reason, ref, phases, findings=run.findings if run else [], **common)
 
 
-def run_job(job: EvalJob | CeilingsJob) -> JobResult:
+def run_profile(job: ProfileJob, phases: Phases) -> JobResult:
+    try:
+        with phases("profile"):
+            report = profiling.profile(job, torch.cuda.is_available())
+    except profiling.ProfileFailed as failed:
+        raise JobFailed(failed.status, failed.reason, failed.details) from failed
+    return JobResult(
+        job_id=job.job_id,
+        status="ok",
+        reason="profiled " + ", ".join(job.contenders),
+        profile=report,
+        phases=phases.seconds,
+        environment=environment(torch.device("cuda", torch.cuda.current_device())),
+    )
+
+
+def run_job(job: AnyJob) -> JobResult:
     phases = Phases()
     try:
         if isinstance(job, CeilingsJob):
@@ -548,6 +555,8 @@ def run_job(job: EvalJob | CeilingsJob) -> JobResult:
             return JobResult(
                 job_id=job.job_id, status="ok", reason="ceilings measured", ceilings=ceilings, phases=phases.seconds
             )
+        if isinstance(job, ProfileJob):
+            return run_profile(job, phases)
         return run_eval(job, phases)
     except JobFailed as failed:
         return JobResult(
@@ -599,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
     del key
     _enter_scratch()
     _limit_resources()
-    job: EvalJob | CeilingsJob = TypeAdapter(Job).validate_json(args.job.read_text())
+    job: AnyJob = TypeAdapter(Job).validate_json(args.job.read_text())
     started = time.perf_counter()
     try:
         result = run_job(job)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from sandbox.config import LocalSandboxConfig
 from sandbox.local import LocalSandbox
-from sandbox.protocol import CeilingsJob, EvalJob, JobResult, TimingConfig
+from sandbox.protocol import CeilingsJob, EvalJob, JobResult, ProfileJob, TimingConfig
 from tests.conftest import CANDIDATES, FIXTURES, PROBLEMS
+from tools.ncu import ProfileReport
 
 pytestmark = pytest.mark.gpu
 QUICK = TimingConfig(min_trials=10, min_seconds=0.0, warmup_trials=2)
@@ -80,3 +83,37 @@ def test_cuda_ceilings_are_plausible_for_a_datacenter_gpu() -> None:
     c = result.ceilings
     assert c.copy_bytes_per_s > 1e12
     assert c.tf32_flops is not None and c.tf32_flops > c.fp32_flops
+
+
+def test_ncu_profiles_one_call_of_the_candidate_and_of_eager_kernel_by_kernel() -> None:
+    job = ProfileJob(
+        problem_name="softmax_4096x65536.py",
+        problem_source=(PROBLEMS / "softmax_4096x65536.py").read_text(),
+        candidate_name="softmax_cuda.py",
+        candidate_source=(CANDIDATES / "softmax_cuda.py").read_text(),
+        contenders=["eager", "candidate"],
+        timeout_s=600,
+    )
+    result = SANDBOX.run(job)
+    assert result.status == "ok" and result.profile is not None, result.reason + result.details
+    tensor = 4096 * 65536 * 4  # read once and written once: the least any softmax moves
+    # One launch of the candidate's one kernel: warm-up calls and NVRTC's work stay out of the profile.
+    (kernel,) = result.profile.contenders["candidate"].kernels
+    assert kernel.name.startswith("softmax_rows") and (kernel.grid, kernel.block) == (4096, 512)
+    assert kernel.duration_ns and 0.3e6 < kernel.duration_ns < 5e6
+    for name, profile in result.profile.contenders.items():
+        assert profile.kernels and all(k.duration_ns for k in profile.kernels), name
+        # At least one read and one write; each pass over a row that L2 no longer holds reads it again
+        # (the candidate makes two passes, eager up to three).
+        assert 0.95 < profile.dram_bytes / (2 * tensor) < 2.1, (name, profile.dram_bytes)
+
+
+def test_kforge_profile_prints_and_saves_the_profile(tmp_path: Path) -> None:
+    out_file = tmp_path / "profile.json"
+    args = ["profile", "softmax_4096x65536", str(CANDIDATES / "softmax_cuda.py"), "--output", str(out_file)]
+    out = subprocess.run([sys.executable, "-m", "graphs.cli", *args], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert "softmax_rows" in out.stdout and "× problem" in out.stdout
+    saved = ProfileReport.model_validate_json(out_file.read_text())
+    assert saved.problem_bytes == 2 * 4096 * 65536 * 4
+    assert set(saved.contenders) == {"eager", "candidate"}

@@ -20,6 +20,7 @@ from html import escape as html_escape
 from pathlib import Path
 
 import pytest
+import torch
 
 from graphs.plot import Point, speedup_svg, y_axis
 from graphs.rundata import RoundSummary, load_run, role_wall_seconds
@@ -230,6 +231,44 @@ def test_unknown_candidate_is_a_one_line_error(cpu_run: Path) -> None:
     out = kforge("trace", cpu_run.name, "--candidate", "c9-9", "--runs-dir", str(cpu_run.parent))
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "no such candidate" in out.stderr and "c1-0" in out.stderr
+
+
+def test_a_saved_ncu_profile_shows_in_trace_and_report(cpu_run: Path, tmp_path: Path) -> None:
+    from tests.test_ncu import TWO_KERNELS
+    from tools import ncu
+
+    shutil.copytree(cpu_run, tmp_path / cpu_run.name)
+    run = load_run(cpu_run.name, tmp_path)
+    cid = run.best_id or run.candidates[0].id
+    kernels = ncu.parse_raw_csv(TWO_KERNELS)
+    contenders = {"candidate": ncu.ContenderProfile(contender="candidate", kernels=kernels)}
+    saved = ncu.ProfileReport(ncu="Version 2025.3.1.0", metrics=list(ncu.METRICS.values()), contenders=contenders)
+    (tmp_path / cpu_run.name / "candidates" / cid / "profile.json").write_text(saved.model_dump_json())
+    out = kforge("trace", cpu_run.name, "--candidate", cid, "--runs-dir", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert "ncu profile:" in out.stdout and "softmax_rows(float const*, float*, int)" in out.stdout
+    out = kforge("report", cpu_run.name, "--runs-dir", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    html = (tmp_path / cpu_run.name / "report.html").read_text()
+    assert "Nsight Compute (Version 2025.3.1.0), one call" in html
+    assert html_escape("softmax_rows(float const*, float*, int)") in html and "65536 × 128" in html
+
+
+def test_profiling_a_runs_candidate_names_what_is_wrong_in_one_line(cpu_run: Path) -> None:
+    runs = str(cpu_run.parent)
+    out = kforge("profile", "--run", cpu_run.name, "--candidate", "c9-9", "--runs-dir", runs)
+    assert out.returncode == 2 and "no such candidate" in out.stderr and "c1-0" in out.stderr
+    out = kforge("profile", "softmax_small", "--run", cpu_run.name, "--runs-dir", runs)
+    assert (out.returncode, out.stderr) == (
+        2,
+        "kforge: error: give a problem and candidate files, or --run RUN, not both\n",
+    )
+    if not torch.cuda.is_available():
+        out = kforge("profile", "--run", cpu_run.name, "--runs-dir", runs)
+        assert (out.returncode, out.stderr) == (
+            3,
+            "kforge: error: profiling needs a CUDA GPU, and none is visible here\n",
+        )
 
 
 # -------------------------------------------------------------------------------------- the plot

@@ -21,10 +21,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from sandbox.config import DockerSandboxConfig, LocalSandboxConfig, Sandbox
 from sandbox.local import LocalSandbox
-from sandbox.protocol import EvalJob, JobResult, TimingConfig
+from sandbox.protocol import EvalJob, JobResult, ProfileJob, TimingConfig
 from tests.conftest import CANDIDATES, FIXTURES, PROBLEMS
 from tools.timing import CpuTimer
 
@@ -303,6 +304,40 @@ def test_nothing_outside_scratch_can_be_written(docker: Sandbox) -> None:
     assert len(lines) == 6
     assert not Path("/etc/kforge-escape").exists() and not (PROBLEMS.parent / "escape").exists()
     assert docker.leftovers() == ([], [])  # type: ignore[attr-defined]
+
+
+_STATUS = "import sys; print(*[l for l in open('/proc/self/status') if l.startswith(('Uid:', 'CapEff:'))], sep='')"
+CAP_SYS_ADMIN = 1 << 21
+
+
+def _uid_and_caps(container: object) -> tuple[int, int]:
+    printed = container._run_python(_STATUS)  # type: ignore[attr-defined]
+    lines = dict(line.split(":", 1) for line in printed.splitlines() if line)
+    return int(lines["Uid"].split()[1]), int(lines["CapEff"].strip(), 16)
+
+
+def test_only_a_profile_job_gets_the_profilers_privileges_in_a_container_of_its_own(docker: Sandbox) -> None:
+    plain = docker._container(None)  # type: ignore[attr-defined]
+    profiling = docker._start(None, profiling=True)  # type: ignore[attr-defined]
+    try:
+        assert _uid_and_caps(plain) == (65534, 0)
+        assert _uid_and_caps(profiling) == (0, CAP_SYS_ADMIN)  # root, with CAP_SYS_ADMIN alone
+    finally:
+        profiling.remove()
+    # A profile job's container is started for it and removed after it, whatever the job's fate.
+    job = ProfileJob(
+        problem_name="softmax_small.py",
+        problem_source=(PROBLEMS / "softmax_small.py").read_text(),
+        contenders=["eager"],
+    )
+    before = {c.id for c in docker.client.containers.list(all=True)}  # type: ignore[attr-defined]
+    result = docker._run_in_container(job, None)  # type: ignore[attr-defined]
+    if not torch.cuda.is_available():
+        assert (result.status, result.reason) == (
+            "runtime_error",
+            "profiling needs a CUDA device: none is visible to the worker",
+        )
+    assert {c.id for c in docker.client.containers.list(all=True)} <= before  # type: ignore[attr-defined]
 
 
 def test_kforge_run_and_eval_use_the_docker_backend(docker: Sandbox, kforge_cache: Path, tmp_path: Path) -> None:

@@ -129,6 +129,18 @@ def build_model(cls: type[nn.Module], init_inputs: list[Any], device: str | torc
     return model.to(device)
 
 
+def copy_parameters(reference: nn.Module, candidate: nn.Module) -> int:
+    """Copy reference weights into the candidate wherever name and shape match; return how many."""
+    theirs = candidate.state_dict()
+    copied = 0
+    with torch.no_grad():
+        for name, value in reference.state_dict().items():
+            if name in theirs and theirs[name].shape == value.shape:
+                theirs[name].copy_(value)
+                copied += 1
+    return copied
+
+
 def make_inputs(get_inputs: Callable[[], Any], device: str | torch.device, seed: int) -> list[Any]:
     """Call ``get_inputs()`` with a fixed seed, creating tensors directly on ``device``.
 

@@ -1,0 +1,196 @@
+"""Nsight Compute: the command that profiles one contender's call, and its CSV read into typed records.
+
+A profile is asked for, never part of a verdict: ncu replays every kernel many times (seconds per kernel)
+and needs the GPU's performance counters, which a container only grants with extra privileges. The
+worker runs ``command(...)`` around ``python -m sandbox.profile_target``, which opens the profiler range
+for one call after warm-up, so compilation and autotuning kernels are not in it; ncu flushes the caches
+before each kernel (its default) and leaves the clocks as they are, as the timing does.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import os
+import shutil
+
+from pydantic import BaseModel, Field
+
+from tools.errors import EnvironmentProblem
+
+# KernelProfile field -> ncu metric. Stable names since Nsight Compute 2020; every one is on Hopper.
+METRICS: dict[str, str] = {
+    "duration_ns": "gpu__time_duration.sum",
+    "dram_read_bytes": "dram__bytes_read.sum",
+    "dram_write_bytes": "dram__bytes_write.sum",
+    "sm_pct": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "memory_pct": "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+    "occupancy_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "registers": "launch__registers_per_thread",
+    "grid": "launch__grid_size",
+    "block": "launch__block_size",
+}
+# Units ncu may print (``--print-units auto`` scales them), in the base unit each field holds.
+UNIT_SCALE: dict[str, float] = {
+    "nsecond": 1.0,
+    "usecond": 1e3,
+    "msecond": 1e6,
+    "second": 1e9,
+    "byte": 1.0,
+    "kbyte": 1e3,
+    "mbyte": 1e6,
+    "gbyte": 1e9,
+    "tbyte": 1e12,
+}
+NO_COUNTERS = "ERR_NVGPUCTRPERM"
+NCU_PLACES = ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda-*/bin/ncu")
+
+
+class NcuError(EnvironmentProblem):
+    """ncu is missing, may not read the counters, or printed something that is not its CSV."""
+
+
+class KernelProfile(BaseModel):
+    """One kernel launch as ncu measured it (times in ns, traffic in bytes, utilisations in % of peak)."""
+
+    name: str
+    grid: int | None = None
+    block: int | None = None
+    registers: int | None = Field(None, description="registers per thread")
+    duration_ns: float | None = None
+    dram_read_bytes: float | None = None
+    dram_write_bytes: float | None = None
+    sm_pct: float | None = Field(None, description="SM throughput, % of the peak sustained over the kernel")
+    memory_pct: float | None = Field(None, description="memory throughput (DRAM, L2, L1), % of peak: the busiest")
+    occupancy_pct: float | None = Field(None, description="achieved warps per SM, % of the maximum")
+
+    @property
+    def dram_bytes(self) -> float:
+        return (self.dram_read_bytes or 0.0) + (self.dram_write_bytes or 0.0)
+
+
+class ContenderProfile(BaseModel):
+    """Every kernel one call of a contender (eager, compile or the candidate) launched."""
+
+    contender: str
+    kernels: list[KernelProfile]
+
+    @property
+    def duration_ns(self) -> float:
+        return sum(k.duration_ns or 0.0 for k in self.kernels)
+
+    @property
+    def dram_bytes(self) -> float:
+        return sum(k.dram_bytes for k in self.kernels)
+
+    @property
+    def dram_bytes_per_s(self) -> float | None:
+        return self.dram_bytes / self.duration_ns * 1e9 if self.duration_ns else None
+
+
+class ProfileReport(BaseModel):
+    ncu: str = Field(description="the ncu that measured it, as `ncu --version` names itself")
+    metrics: list[str] = Field(description="the ncu metrics asked for")
+    problem_bytes: int | None = Field(None, description="the problem's inputs + outputs + parameters, once each")
+    contenders: dict[str, ContenderProfile]
+
+    def traffic_ratio(self, contender: str) -> float | None:
+        """DRAM bytes a contender moved over the problem's own bytes: 1.0 reads and writes each once."""
+        if not self.problem_bytes or contender not in self.contenders:
+            return None
+        return self.contenders[contender].dram_bytes / self.problem_bytes
+
+
+def find_ncu(explicit: str | None = None) -> str:
+    """The ncu to run: ``explicit`` if given, else the one on PATH, else a CUDA toolkit's or Nsight's."""
+    if explicit:
+        if os.path.isfile(explicit) and os.access(explicit, os.X_OK):
+            return explicit
+        raise NcuError(f"ncu {explicit!r}: no such executable")
+    found = shutil.which("ncu") or next(
+        (path for pattern in NCU_PLACES for path in sorted(glob.glob(pattern), reverse=True)), None
+    )
+    if not found:
+        raise NcuError("Nsight Compute (ncu) not found on PATH nor in /usr/local/cuda/bin: install it or pass its path")
+    return found
+
+
+def command(ncu: str, log_file: str, target: list[str]) -> list[str]:
+    """ncu around ``target``: only the profiler range it opens, every process it starts, CSV to ``log_file``."""
+    return [
+        ncu,
+        "--profile-from-start",
+        "off",
+        "--target-processes",
+        "all",
+        "--clock-control",
+        "none",
+        "--metrics",
+        ",".join(METRICS.values()),
+        "--csv",
+        "--page",
+        "raw",
+        "--print-units",
+        "base",
+        "--log-file",
+        log_file,
+        *target,
+    ]
+
+
+def _number(text: str, unit: str) -> float | None:
+    text = text.strip().replace(",", "")
+    if not text or text.lower() in ("n/a", "nan"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value * UNIT_SCALE.get(unit.strip().lower(), 1.0)
+
+
+def parse_raw_csv(text: str) -> list[KernelProfile]:
+    """The kernels of ncu's ``--csv --page raw`` output: a header row, a units row, one row per launch.
+
+    ncu's own messages (``==PROF==``, ``==WARNING==``) may share the file: they are skipped.
+    """
+    lines = [line for line in text.splitlines() if line.strip() and not line.startswith("==")]
+    rows = list(csv.reader(lines))
+    start = next((i for i, row in enumerate(rows) if "Kernel Name" in row and "ID" in row), None)
+    if start is None:
+        warning = next((line for line in text.splitlines() if line.startswith("==") and "No kernels" in line), "")
+        if warning:
+            return []
+        raise NcuError("ncu printed no CSV table (no 'Kernel Name' header): " + _last_line(text))
+    header = rows[start]
+    missing = [m for m in METRICS.values() if m not in header]
+    if missing:
+        raise NcuError(f"ncu's CSV lacks the metric(s) {', '.join(missing)}: this ncu or GPU does not collect them")
+    column = {name: header.index(name) for name in header}
+    units = [""] * len(header)
+    kernels = []
+    for row in rows[start + 1 :]:
+        if len(row) != len(header):
+            continue  # a message ncu wrapped over lines, not a launch
+        if not row[column["ID"]].strip():
+            units = row
+            continue
+        values = {field: _number(row[column[m]], units[column[m]]) for field, m in METRICS.items()}
+        ints = {k: None if values[k] is None else int(values[k]) for k in ("registers", "grid", "block")}
+        kernels.append(KernelProfile(name=row[column["Kernel Name"]], **{**values, **ints}))
+    return kernels
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "(no output)"
+
+
+def failure_reason(log: str, returncode: int) -> str:
+    """One line: why ncu did not profile (``log``: what it and the profiled process printed)."""
+    if NO_COUNTERS in log:
+        return (
+            f"ncu may not read the GPU's performance counters here ({NO_COUNTERS}): profile as root, with "
+            "CAP_SYS_ADMIN, or on a driver loaded with NVreg_RestrictProfilingToAdminUsers=0"
+        )
+    return f"ncu exited with {returncode}: {_last_line(log)}"
