@@ -9,12 +9,14 @@ the profiler's message (``tools.evaluation.noise_flags``).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import structlog
 
 from agents.base import Candidate, RoleContext
 from graphs.state import message
+from sandbox.protocol import ProfileJob
 from tools.evaluation import evaluate, noise_flags
 
 log = structlog.get_logger(__name__)
@@ -42,6 +44,7 @@ class Profiler:
         s = ctx.settings
         round_ = state.get("round", 0)
         updates, messages, job_s = [], [], 0.0
+        timed: list[tuple[float, dict[str, Any]]] = []
         for c in state.get("candidates", []):
             if c.get("status") != "ok" or c.get("timing") is not None:
                 continue
@@ -81,17 +84,48 @@ class Profiler:
                 diagnosis=diagnosis,
             )
             updates.append(update)
+            timed.append((vs_best, c))
             text = f"{c['id']}: {cand_ms:.4f} ms, {vs_best:.2f}× vs best reference; {diagnosis}"
             for flag in noise_flags(ev.result.timing):
                 log.warning("timing_noisy", candidate_id=c["id"], detail=flag)
                 text += f"\nWARNING: {flag}"
             messages.append(message("profiler", "tool_result", text, round_, c["id"]))
             log.info("candidate_profiled", candidate_id=c["id"], median_ms=cand_ms, speedup_vs_best=vs_best)
+        if s.ncu and timed:
+            _, fastest = max(timed, key=lambda pair: pair[0])
+            update = next(u for u in updates if u["id"] == fastest["id"])
+            text, seconds = ncu_profile(ctx, fastest, update)
+            job_s += seconds
+            messages.append(message("profiler", "tool_result", text, round_, fastest["id"]))
         return {
             "candidates": updates,
             "messages": messages,
             "usage": {"profiler": {"jobs": len(updates), "job_s": job_s}},
         }
+
+
+def ncu_profile(ctx: RoleContext, candidate: dict[str, Any], update: Candidate) -> tuple[str, float]:
+    """Profile the round's fastest candidate under Nsight Compute (``--ncu``): its kernels go into
+    candidates/<id>/profile.json and a one-line summary into its diagnosis, for the next round's planner.
+    A profile that fails is said in the message; the candidate's verdict does not depend on it."""
+    job = ProfileJob(
+        problem_name=ctx.problem.path.name,
+        problem_source=ctx.problem.path.read_text(),
+        candidate_name=f"{candidate['id']}.py",
+        candidate_source=candidate["source"],
+        contenders=["candidate"],
+        seed=ctx.settings.seed,
+    )
+    result = ctx.sandbox.run(job)
+    if result.status != "ok" or result.profile is None:
+        log.warning("ncu_profile_failed", candidate_id=candidate["id"], status=result.status, reason=result.reason)
+        return f"{candidate['id']} under ncu: no profile ({result.status}: {result.reason})", result.wall_s
+    report = result.profile.model_copy(update={"problem_bytes": ctx.problem.info.bytes_moved})
+    (Path(ctx.run_dir) / "candidates" / candidate["id"] / "profile.json").write_text(report.model_dump_json(indent=1))
+    summary = report.summary("candidate")
+    update.update(diagnosis=f"{update['diagnosis']}; ncu: {summary}")
+    log.info("candidate_ncu_profiled", candidate_id=candidate["id"], summary=summary)
+    return f"{candidate['id']} under ncu: {summary}", result.wall_s
 
 
 def make_profiler(settings: Any) -> Profiler:

@@ -274,10 +274,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             sandbox=sandbox,
             compile_reference=not args.no_compile,
             timing=TimingConfig(hide_launch=not args.count_launch),
+            ncu=args.ncu,
         )
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise ConfigError(f"--{'-'.join(map(str, first['loc']))}: {first['msg']}") from exc
+        where, why = "-".join(map(str, first["loc"])), first["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"--{where}: {why}" if where else why) from exc
     if args.roles:
         config.roles = args.roles.split(",")
     from agents import registry
@@ -340,7 +342,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
         )
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise ConfigError(f"--{'-'.join(map(str, first['loc']))}: {first['msg']}") from exc
+        where, why = "-".join(map(str, first["loc"])), first["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"--{where}: {why}" if where else why) from exc
     problems = discover(args.problems, [o for o in args.only.split(",") if o])
     if not problems:
         raise ConfigError("no problem left after --only")
@@ -542,6 +545,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_sandbox_options(run)
     run.add_argument("--roles", default=None, help="comma-separated role list (default planner,coder,profiler,critic)")
     run.add_argument("--no-compile", action="store_true", help="skip the torch.compile reference in the baseline")
+    run.add_argument(
+        "--ncu",
+        action="store_true",
+        help="profile each round's fastest new candidate under Nsight Compute (CUDA; see `kforge profile`)",
+    )
     add_timing_mode(run)
     run.add_argument("--max-wall", type=float, default=None, help="wall-time budget in seconds")
     run.add_argument("--max-tokens", type=int, default=None)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from sandbox.config import LocalSandboxConfig, SandboxConfig
 from sandbox.protocol import Device, Policy, TimingConfig
@@ -36,7 +36,18 @@ class RunConfig(BaseModel):
     seed: int = 0
     compile_reference: bool = Field(True, description="time torch.compile in the baseline")
     timing: TimingConfig = TimingConfig()
+    ncu: bool = Field(
+        False,
+        description="profile each round's fastest new candidate under Nsight Compute (CUDA): its kernels in "
+        "candidates/<id>/profile.json, a summary in its diagnosis",
+    )
     llm_timeout_s: float = 120.0
+
+    @model_validator(mode="after")
+    def _ncu_needs_cuda(self) -> RunConfig:
+        if self.ncu and self.device != "cuda":
+            raise ValueError(f"--ncu: Nsight Compute profiles CUDA kernels, and this run's device is {self.device}")
+        return self
 
     @property
     def recursion_limit(self) -> int:

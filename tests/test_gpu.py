@@ -117,3 +117,18 @@ def test_kforge_profile_prints_and_saves_the_profile(tmp_path: Path) -> None:
     saved = ProfileReport.model_validate_json(out_file.read_text())
     assert saved.problem_bytes == 2 * 4096 * 65536 * 4
     assert set(saved.contenders) == {"eager", "candidate"}
+
+
+def test_a_run_with_ncu_profiles_each_rounds_fastest_candidate(tmp_path: Path) -> None:
+    from graphs.rundata import load_run
+
+    args = ["run", "softmax_4096x65536", "--rounds", "1", "--ideas", "2", "--ncu", "--runs-dir", str(tmp_path)]
+    out = subprocess.run([sys.executable, "-m", "graphs.cli", *args], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (folder,) = tmp_path.iterdir()
+    run = load_run(folder.name, tmp_path)
+    profiled = [c for c in run.candidates if "profile" in c.profile]
+    assert len(profiled) == 1 and "; ncu: 1 kernel(s)" in (profiled[0].diagnosis or "")
+    fastest = max((c for c in run.candidates if c.speedup_vs_best), key=lambda c: c.speedup_vs_best or 0.0)
+    assert profiled[0].id == fastest.id
+    assert any(m.role == "profiler" and f"{fastest.id} under ncu:" in m.content for m in run.messages)

@@ -198,3 +198,26 @@ def test_the_profiled_process_builds_each_contender_on_the_jobs_inputs() -> None
     assert all(torch.equal(a, b) for a, b in zip(inputs, same_inputs, strict=True))  # seeded alike
     with torch.no_grad():
         torch.testing.assert_close(candidate(*inputs), eager(*inputs), atol=1e-4, rtol=1e-4)
+
+
+def test_the_summary_a_planner_reads() -> None:
+    report = ProfileReport(
+        ncu="Version 2025.3",
+        metrics=list(METRICS.values()),
+        problem_bytes=536_870_912,
+        contenders={"candidate": ContenderProfile(contender="candidate", kernels=ncu.parse_raw_csv(TWO_KERNELS))},
+    )
+    assert report.summary("candidate") == (
+        "2 kernel(s), 133.1 µs, DRAM 1.00× the problem's bytes at 4.03 TB/s; "
+        "longest kernel softmax_rows: memory 92%, SM 22%, occupancy 88%"
+    )
+
+
+def test_ncu_in_a_run_needs_the_cuda_device(kforge_cache: Path) -> None:
+    from tests.test_cli import kforge
+
+    out = kforge(kforge_cache, "run", "softmax_small", "--device", "cpu", "--ncu")
+    assert (out.returncode, out.stderr) == (
+        2,
+        "kforge: error: --ncu: Nsight Compute profiles CUDA kernels, and this run's device is cpu\n",
+    )

@@ -100,6 +100,27 @@ class ProfileReport(BaseModel):
             return None
         return self.contenders[contender].dram_bytes / self.problem_bytes
 
+    def summary(self, contender: str) -> str:
+        """One line for a planner: kernels, time, DRAM traffic, and where the longest kernel is busy."""
+        c = self.contenders[contender]
+        ratio = self.traffic_ratio(contender)
+        traffic = f"{ratio:.2f}× the problem's bytes" if ratio else f"{c.dram_bytes / 1e6:.1f} MB"
+        rate = f" at {c.dram_bytes_per_s / 1e12:.2f} TB/s" if c.dram_bytes_per_s else ""
+        text = f"{len(c.kernels)} kernel(s), {c.duration_ns / 1e3:.1f} µs, DRAM {traffic}{rate}"
+        longest = max(c.kernels, key=lambda k: k.duration_ns or 0.0, default=None)
+        if longest is not None:
+            busy = [
+                f"{what} {value:.0f}%"
+                for what, value in (
+                    ("memory", longest.memory_pct),
+                    ("SM", longest.sm_pct),
+                    ("occupancy", longest.occupancy_pct),
+                )
+                if value is not None
+            ]
+            text += f"; longest kernel {longest.name.split('(')[0]}" + (f": {', '.join(busy)}" if busy else "")
+        return text
+
 
 def find_ncu(explicit: str | None = None) -> str:
     """The ncu to run: ``explicit`` if given, else the one on PATH, else a CUDA toolkit's or Nsight's."""
