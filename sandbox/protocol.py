@@ -55,18 +55,23 @@ class TimingConfig(BaseModel):
     )
 
 
-class EvalJob(BaseModel):
+class ProblemJob(BaseModel):
+    """A job on a problem and, where there is one, a candidate: both travel as text."""
+
+    job_id: str = Field(default_factory=new_job_id)
+    problem_name: str
+    problem_source: str
+    candidate_name: str = "candidate.py"
+    candidate_source: str | None = None
+
+
+class EvalJob(ProblemJob):
     """Check a candidate against a problem's reference and time them side by side.
 
     With ``candidate_source`` None the job times the reference alone (the run's baseline).
     """
 
     kind: Literal["evaluate"] = "evaluate"
-    job_id: str = Field(default_factory=new_job_id)
-    problem_name: str
-    problem_source: str
-    candidate_name: str = "candidate.py"
-    candidate_source: str | None = None
     device: Device = "cuda"
     policy: Policy = "relaxed"
     n_checks: int = Field(5, ge=1, description="fresh seeded input sets the outputs are compared on")
@@ -93,18 +98,13 @@ class CeilingsJob(BaseModel):
     timed: ClassVar[bool] = True  # it measures the device
 
 
-class ProfileJob(BaseModel):
+class ProfileJob(ProblemJob):
     """Profile one call of each contender under Nsight Compute: every kernel it launches, with its counters.
 
     No verdict: the candidate is not checked here (``kforge eval`` does that), only measured.
     """
 
     kind: Literal["profile"] = "profile"
-    job_id: str = Field(default_factory=new_job_id)
-    problem_name: str
-    problem_source: str
-    candidate_name: str = "candidate.py"
-    candidate_source: str | None = None
     contenders: list[Contender] = Field(["eager", "candidate"], min_length=1)
     device: Literal["cuda"] = "cuda"
     seed: int = 0
