@@ -13,16 +13,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from graphs.trace import fmt
 from tools.errors import ConfigError, EnvironmentProblem
 
 if TYPE_CHECKING:
-    from tools.ncu import ProfileReport
     from tools.problem import Problem
 
 EXIT_OK, EXIT_FAILED = 0, 1
 CONTENDERS = ("eager", "compile", "candidate")
-NAME_WIDTH = 56
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -101,6 +98,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from graphs.cli import sandbox_config
     from sandbox.config import job_machine, make_sandbox
     from sandbox.protocol import ProfileJob
+    from tools import ncu
     from tools.checks import blocking, static_findings
     from tools.device import cuda_available
 
@@ -135,38 +133,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     report = result.profile.model_copy(update={"problem_bytes": problem.info.bytes_moved})
     for path in filter(None, (saved, Path(args.output) if args.output else None)):
         path.write_text(report.model_dump_json(indent=1))
-    print(report.model_dump_json(indent=1) if args.json else render_profile(report, problem.name, args.warmup))
+    print(report.model_dump_json(indent=1) if args.json else ncu.render(report, problem.name, args.warmup))
     if saved and not args.json:
         print(f"saved {saved}")
     return EXIT_OK
-
-
-def render_profile(report: ProfileReport, problem: str, warmup: int | None = None) -> str:
-    after = f" after {warmup} warm-up calls" if warmup else ""
-    lines = [
-        f"{problem} · {report.ncu} · one call{after}; caches flushed before each kernel, clocks not locked",
-        f"  {'contender':10} {'kernels':>7} {'µs':>10} {'DRAM MB read + written':>24} {'× problem':>9} {'TB/s':>6}",
-    ]
-    for name, c in report.contenders.items():
-        read = sum(k.dram_read_bytes or 0.0 for k in c.kernels) / 1e6
-        written = sum(k.dram_write_bytes or 0.0 for k in c.kernels) / 1e6
-        rate = c.dram_bytes_per_s
-        lines.append(
-            f"  {name:10} {len(c.kernels):7d} {c.duration_ns / 1e3:10.1f} {f'{read:.1f} + {written:.1f}':>24} "
-            f"{fmt(report.traffic_ratio(name), '.2f', '×'):>9} {fmt(rate and rate / 1e12, '.2f'):>6}"
-        )
-    lines.append("")
-    lines.append(
-        f"  {'kernel':{NAME_WIDTH}} {'grid × block':>14} {'regs':>4} {'µs':>9} {'SM %':>5} {'mem %':>5} {'occ %':>5}"
-    )
-    for name, c in report.contenders.items():
-        lines.append(f"  {name}")
-        for k in c.kernels:
-            shown = k.name if len(k.name) <= NAME_WIDTH - 2 else k.name[: NAME_WIDTH - 3] + "…"
-            shape = f"{fmt(k.grid, 'd')} × {fmt(k.block, 'd')}"
-            lines.append(
-                f"    {shown:{NAME_WIDTH - 2}} {shape:>14} "
-                f"{fmt(k.registers, 'd'):>4} {fmt(k.duration_ns and k.duration_ns / 1e3, '.1f'):>9} "
-                f"{fmt(k.sm_pct, '.0f'):>5} {fmt(k.memory_pct, '.0f'):>5} {fmt(k.occupancy_pct, '.0f'):>5}"
-            )
-    return "\n".join(lines)

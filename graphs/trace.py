@@ -95,12 +95,11 @@ def candidate_detail(run: RunData, cid: str) -> list[str]:
     ]
     lines.extend(f"  {key}: {value}" for key, value in fields)
     if "profile" in c.profile:  # saved by `kforge profile --run`
-        from graphs.profile_cmd import render_profile
-        from tools.ncu import ProfileReport
+        from tools.ncu import ProfileReport, render
 
         lines.append("  ncu profile:")
         report = ProfileReport.model_validate(c.profile["profile"])
-        lines.extend("    " + line for line in render_profile(report, run.problem.get("name", "problem")).splitlines())
+        lines.extend("    " + line for line in render(report, run.problem.get("name", "problem")).splitlines())
     lines.append("  source:")
     lines.extend("    " + line for line in c.source.splitlines())
     lines.append("  messages:")

@@ -132,3 +132,15 @@ def test_a_run_with_ncu_profiles_each_rounds_fastest_candidate(tmp_path: Path) -
     fastest = max((c for c in run.candidates if c.speedup_vs_best), key=lambda c: c.speedup_vs_best or 0.0)
     assert profiled[0].id == fastest.id
     assert any(m.role == "profiler" and f"{fastest.id} under ncu:" in m.content for m in run.messages)
+
+
+def test_the_ncu_tool_shows_an_llm_the_kernels_of_both(tmp_path: Path) -> None:
+    from tests.test_tool_calling import context
+    from tools.langchain_tools import make_tools
+
+    ctx = context(tmp_path, device="cuda")
+    ctx.settings.ncu = True
+    tools = {t.name: t for t in make_tools(ctx, candidate_id="c1-0")}
+    text = tools["ncu_candidate"].invoke({"source": (CANDIDATES / "softmax_cuda.py").read_text()})
+    assert text.startswith("ok\n") and "softmax_rows" in text, text
+    assert "\n  eager " in text and "\n  candidate " in text

@@ -455,7 +455,7 @@ def test_prompt_snapshots() -> None:
 def test_coder_prompt_with_tools_snapshot() -> None:
     session, _ = session_for()
     coder = LLMCoder(session, max_tool_rounds=3)
-    ctx = RoleContext(problem=None, sandbox=None, settings=SimpleNamespace(device="cuda"), run_dir=None)  # type: ignore[arg-type]
+    ctx = RoleContext(problem=None, sandbox=None, settings=SimpleNamespace(device="cuda", ncu=False), run_dir=None)  # type: ignore[arg-type]
     tools = make_tools(ctx)
     idea = {"text": "online softmax in one pass", "expected_gain": "2x fewer reads", "parent_id": "c1"}
     system, user = coder.prompts(PROBLEM, "cuda", idea, CANDIDATE, None, tools)

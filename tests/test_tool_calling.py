@@ -192,6 +192,18 @@ def test_compile_candidate_uses_nvrtc_for_cuda_without_running_anything(tmp_path
     assert "not valid Python" in compile_tool.invoke({"source": "def f(:\n"})
 
 
+def test_ncu_candidate_comes_with_ncu_and_never_profiles_flagged_code(tmp_path: Path) -> None:
+    ctx = context(tmp_path, device="cuda")
+    ctx.settings.ncu = True
+    ctx.sandbox = None  # type: ignore[assignment]  # a refused source must not reach a sandbox
+    stats = ToolStats()
+    tools = {t.name: t for t in make_tools(ctx, candidate_id="c1-0", stats=stats)}
+    assert set(tools) == {"compile_candidate", "check_candidate", "profile_candidate", "ncu_candidate"}
+    text = tools["ncu_candidate"].invoke({"source": (FIXTURES / "cheats" / "side_stream_torch.py").read_text()})
+    assert text.startswith("not profiled: the anti-cheat checks reject it (side_stream"), text
+    assert stats.calls == {"ncu_candidate": 1}
+
+
 def _stats(host_ms: float | None) -> TimingStats:
     return TimingStats(
         trials=1, median_ms=1, mean_ms=1, min_ms=1, p10_ms=1, p90_ms=1, iqr_ms=0, std_ms=0, host_median_ms=host_ms

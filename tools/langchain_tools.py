@@ -1,12 +1,13 @@
 """The sandboxed tools as LangChain tools, for LLM agents that compile, check and time their drafts.
 
-``make_tools(ctx)`` returns three ``StructuredTool``s bound to one run's context:
+``make_tools(ctx)`` returns the ``StructuredTool``s bound to one run's context:
 
 - ``compile_candidate(source)``: does it build? CUDA kernels (string literals) go through NVRTC here
   (no GPU needed, nothing of the candidate runs); CPU candidates build their C at import, so that runs
   in the sandbox, and only whether it compiled is reported.
 - ``check_candidate(source)``: compile and compare with the reference on fresh seeded inputs.
 - ``profile_candidate(source)``: time it beside the eager reference.
+- ``ncu_candidate(source)``, only in runs with ``ncu`` on: its kernels and eager's under Nsight Compute.
 
 Candidate code never runs in the orchestrator: everything that imports it goes through ``ctx.sandbox``.
 Each tool answers with a short text for the model; every call is logged (event ``tool_call``) and
@@ -23,9 +24,11 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from pydantic import BaseModel, Field
 
-from sandbox.protocol import TimingReport
+from sandbox.protocol import ProfileJob, TimingReport
+from tools.checks import blocking, static_findings
 from tools.compile import DEFAULT_ARCH, check_candidate_cuda
 from tools.evaluation import Evaluation, evaluate
+from tools.ncu import render
 
 if TYPE_CHECKING:
     from langchain_core.tools import BaseTool
@@ -102,7 +105,7 @@ def _errors(ev: Evaluation) -> str:
 
 
 class _Tools:
-    """The three tools' bodies, bound to one context (kept together so they share the evaluate call)."""
+    """The tools' bodies, bound to one context (kept together so they share the evaluate call)."""
 
     def __init__(self, ctx: RoleContext, *, role: str, candidate_id: str | None, stats: ToolStats) -> None:
         self.ctx = ctx
@@ -194,6 +197,28 @@ class _Tools:
             f"spread {100 * cand.spread:.1f}%, {cand.trials} trials)" + _host_line(timing)
         )
 
+    def ncu_candidate(self, source: str) -> str:
+        started = time.perf_counter()
+        problem = self.ctx.problem
+        refused = blocking(static_findings(source, problem.info), "relaxed")
+        if refused:  # a profile job runs with the profiler's privileges: never flagged code
+            self._done("ncu_candidate", started, 0.0, "refused", source)
+            return f"not profiled: the anti-cheat checks reject it ({refused[0]}); check_candidate says more"
+        job = ProfileJob(
+            problem_name=problem.path.name,
+            problem_source=problem.path.read_text(),
+            candidate_name=f"{self.candidate_id or 'candidate'}.py",
+            candidate_source=source,
+            contenders=["eager", "candidate"],
+            seed=self.ctx.settings.seed,
+        )
+        result = self.ctx.sandbox.run(job)
+        self._done("ncu_candidate", started, result.wall_s, result.status, source)
+        if result.status != "ok" or result.profile is None:
+            return f"{result.status}: {result.reason}\n{_tail(result.details)}".strip()
+        report = result.profile.model_copy(update={"problem_bytes": problem.info.bytes_moved})
+        return "ok\n" + render(report, problem.name, job.warmup)
+
 
 def _host_line(timing: TimingReport) -> str:
     """The host's share, where the timing hid it: a wrapper whose host time nears its GPU time is launch-bound."""
@@ -226,13 +251,20 @@ _DESCRIPTIONS = {
         "Time a candidate file beside the eager PyTorch reference in the sandbox (one correctness check "
         "first). Returns the median times, their spread and the speedup vs eager. Slower than the other tools."
     ),
+    "ncu_candidate": (
+        "Profile one call of a candidate file and of the eager reference under Nsight Compute. Returns every "
+        "kernel each launched with its grid and block, registers, time, DRAM bytes read and written (and their "
+        "ratio to the problem's own bytes), SM and memory throughput and occupancy. It does not check results. "
+        "Slow (seconds per kernel)."
+    ),
 }
 
 
 def make_tools(
     ctx: RoleContext, *, role: str = "coder", candidate_id: str | None = None, stats: ToolStats | None = None
 ) -> list[BaseTool]:
-    """compile_candidate, check_candidate and profile_candidate, bound to ``ctx``.
+    """compile_candidate, check_candidate and profile_candidate, bound to ``ctx``; with ``--ncu`` (the run's
+    ``ncu`` setting) also ncu_candidate.
 
     ``candidate_id`` names the sandbox jobs and log lines; ``stats`` defaults to the run's shared
     ``ctx.extras["tool_stats"]`` (created on first use).
@@ -243,11 +275,12 @@ def make_tools(
         stats = ctx.extras.setdefault("tool_stats", ToolStats())
     impl = _Tools(ctx, role=role, candidate_id=candidate_id, stats=stats)
     descriptions = {**_DESCRIPTIONS, "compile_candidate": _COMPILE_DESCRIPTIONS[_target(ctx)]}
+    names = TOOL_NAMES + (("ncu_candidate",) if ctx.settings.ncu else ())
     return [
         StructuredTool.from_function(
             func=getattr(impl, name), name=name, description=descriptions[name], args_schema=CandidateSource
         )
-        for name in TOOL_NAMES
+        for name in names
     ]
 
 

@@ -43,6 +43,7 @@ UNIT_SCALE: dict[str, float] = {
     "tbyte": 1e12,
 }
 NO_COUNTERS = "ERR_NVGPUCTRPERM"
+NAME_WIDTH = 56  # kernel names in text; C++ template names run to hundreds of characters
 NCU_PLACES = ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda-*/bin/ncu")
 
 
@@ -215,3 +216,39 @@ def failure_reason(log: str, returncode: int) -> str:
             "CAP_SYS_ADMIN, or on a driver loaded with NVreg_RestrictProfilingToAdminUsers=0"
         )
     return f"ncu exited with {returncode}: {_last_line(log)}"
+
+
+def _fmt(x: float | None, spec: str, suffix: str = "") -> str:
+    return "—" if x is None else f"{x:{spec}}{suffix}"
+
+
+def render(report: ProfileReport, problem: str, warmup: int | None = None) -> str:
+    """The profile as text: a line per contender, then a line per kernel (``kforge profile``, trace, tools)."""
+    after = f" after {warmup} warm-up calls" if warmup else ""
+    lines = [
+        f"{problem} · {report.ncu} · one call{after}; caches flushed before each kernel, clocks not locked",
+        f"  {'contender':10} {'kernels':>7} {'µs':>10} {'DRAM MB read + written':>24} {'× problem':>9} {'TB/s':>6}",
+    ]
+    for name, c in report.contenders.items():
+        read = sum(k.dram_read_bytes or 0.0 for k in c.kernels) / 1e6
+        written = sum(k.dram_write_bytes or 0.0 for k in c.kernels) / 1e6
+        rate = c.dram_bytes_per_s
+        lines.append(
+            f"  {name:10} {len(c.kernels):7d} {c.duration_ns / 1e3:10.1f} {f'{read:.1f} + {written:.1f}':>24} "
+            f"{_fmt(report.traffic_ratio(name), '.2f', '×'):>9} {_fmt(rate and rate / 1e12, '.2f'):>6}"
+        )
+    lines.append("")
+    lines.append(
+        f"  {'kernel':{NAME_WIDTH}} {'grid × block':>14} {'regs':>4} {'µs':>9} {'SM %':>5} {'mem %':>5} {'occ %':>5}"
+    )
+    for name, c in report.contenders.items():
+        lines.append(f"  {name}")
+        for k in c.kernels:
+            shown = k.name if len(k.name) <= NAME_WIDTH - 2 else k.name[: NAME_WIDTH - 3] + "…"
+            shape = f"{_fmt(k.grid, 'd')} × {_fmt(k.block, 'd')}"
+            lines.append(
+                f"    {shown:{NAME_WIDTH - 2}} {shape:>14} "
+                f"{_fmt(k.registers, 'd'):>4} {_fmt(k.duration_ns and k.duration_ns / 1e3, '.1f'):>9} "
+                f"{_fmt(k.sm_pct, '.0f'):>5} {_fmt(k.memory_pct, '.0f'):>5} {_fmt(k.occupancy_pct, '.0f'):>5}"
+            )
+    return "\n".join(lines)
