@@ -78,7 +78,7 @@ def _profile_one(
             "runtime_error", f"{contender}: {ncu.failure_reason(printed + log, proc.returncode)}", details
         )
     try:
-        kernels = ncu.parse_raw_csv(log)
+        kernels = ncu.parse_csv(log)
     except ncu.NcuError as exc:
         raise ProfileFailed("runtime_error", f"{contender}: {exc}", details) from exc
     if not kernels:

@@ -7,6 +7,7 @@ profiling real kernels through the sandbox, is in tests/test_gpu.py.
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -57,7 +58,7 @@ TWO_KERNELS = _csv(
 
 
 def test_raw_csv_reads_every_launch_and_its_metrics() -> None:
-    first, second = ncu.parse_raw_csv(TWO_KERNELS)
+    first, second = ncu.parse_csv(TWO_KERNELS)
     assert first.name == "softmax_rows(float const*, float*, int)"
     assert (first.grid, first.block, first.registers) == (65536, 128, 40)
     assert first.duration_ns == 131_072
@@ -67,11 +68,27 @@ def test_raw_csv_reads_every_launch_and_its_metrics() -> None:
     assert second.dram_bytes == 1024 and second.grid == 1
 
 
+def test_the_details_layout_a_row_per_metric_reads_the_same() -> None:
+    # ncu's default page: "Section Name","Metric Name","Metric Unit","Metric Value" after the launch's columns.
+    assert ncu.parse_csv(_long_csv(TWO_KERNELS)) == ncu.parse_csv(TWO_KERNELS)
+
+
+def _long_csv(wide: str) -> str:
+    """The same launches in the details layout."""
+    rows = list(csv.reader(line for line in wide.splitlines() if not line.startswith("==")))
+    header, units, launches = rows[0], rows[1], rows[2:]
+    out = [[*FIXED, "Section Name", "Metric Name", "Metric Unit", "Metric Value"]]
+    for launch in launches:
+        for i in range(len(FIXED), len(header)):
+            out.append([*launch[: len(FIXED)], "Command line profiler metrics", header[i], units[i], launch[i]])
+    return "\n".join(",".join(f'"{c}"' for c in row) for row in out)
+
+
 def test_scaled_units_become_base_units() -> None:
     # What --print-units auto would print: the parser must not take microseconds for nanoseconds.
     units = ["Mbyte", "Kbyte", "%", "usecond", "", "", "register/thread", "%", "%"]
     text = _csv([["k", "268.44", "1.5", "90", "131.07", "128", "512", "32", "20", "80"]], units)
-    (k,) = ncu.parse_raw_csv(text)
+    (k,) = ncu.parse_csv(text)
     assert k.dram_read_bytes == pytest.approx(268.44e6)
     assert k.dram_write_bytes == pytest.approx(1500)
     assert k.duration_ns == pytest.approx(131_070)
@@ -80,13 +97,13 @@ def test_scaled_units_become_base_units() -> None:
 def test_a_metric_this_ncu_did_not_collect_is_named() -> None:
     text = _csv([["k", "1", "1", "1", "1", "1", "1", "1", "1"]], BASE_UNITS[:-1], ORDER[:-1])
     with pytest.raises(NcuError, match="sm__warps_active"):
-        ncu.parse_raw_csv(text)
+        ncu.parse_csv(text)
 
 
 def test_no_kernels_and_no_table() -> None:
-    assert ncu.parse_raw_csv("==PROF== Connected to process 1\n==WARNING== No kernels were profiled.\n") == []
+    assert ncu.parse_csv("==PROF== Connected to process 1\n==WARNING== No kernels were profiled.\n") == []
     with pytest.raises(NcuError, match=r"no CSV table.*Segmentation fault"):
-        ncu.parse_raw_csv("==PROF== Connected to process 1\nSegmentation fault\n")
+        ncu.parse_csv("==PROF== Connected to process 1\nSegmentation fault\n")
 
 
 def test_failure_reasons_are_one_line() -> None:
@@ -116,7 +133,7 @@ def test_an_explicit_ncu_that_is_not_there_is_one_line(tmp_path: Path) -> None:
 
 
 def test_traffic_is_compared_with_the_problem_bytes() -> None:
-    kernels = ncu.parse_raw_csv(TWO_KERNELS)
+    kernels = ncu.parse_csv(TWO_KERNELS)
     report = ProfileReport(
         ncu="Version 2025.3",
         metrics=list(METRICS.values()),
@@ -205,7 +222,7 @@ def test_the_summary_a_planner_reads() -> None:
         ncu="Version 2025.3",
         metrics=list(METRICS.values()),
         problem_bytes=536_870_912,
-        contenders={"candidate": ContenderProfile(contender="candidate", kernels=ncu.parse_raw_csv(TWO_KERNELS))},
+        contenders={"candidate": ContenderProfile(contender="candidate", kernels=ncu.parse_csv(TWO_KERNELS))},
     )
     assert report.summary("candidate") == (
         "2 kernel(s), 133.1 µs, DRAM 1.00× the problem's bytes at 4.03 TB/s; "

@@ -240,7 +240,7 @@ def test_a_saved_ncu_profile_shows_in_trace_and_report(cpu_run: Path, tmp_path: 
     shutil.copytree(cpu_run, tmp_path / cpu_run.name)
     run = load_run(cpu_run.name, tmp_path)
     cid = run.best_id or run.candidates[0].id
-    kernels = ncu.parse_raw_csv(TWO_KERNELS)
+    kernels = ncu.parse_csv(TWO_KERNELS)
     contenders = {"candidate": ncu.ContenderProfile(contender="candidate", kernels=kernels)}
     saved = ncu.ProfileReport(ncu="Version 2025.3.1.0", metrics=list(ncu.METRICS.values()), contenders=contenders)
     (tmp_path / cpu_run.name / "candidates" / cid / "profile.json").write_text(saved.model_dump_json())

@@ -171,35 +171,48 @@ def _number(text: str, unit: str) -> float | None:
     return value * UNIT_SCALE.get(unit.strip().lower(), 1.0)
 
 
-def parse_raw_csv(text: str) -> list[KernelProfile]:
-    """The kernels of ncu's ``--csv --page raw`` output: a header row, a units row, one row per launch.
+def parse_csv(text: str) -> list[KernelProfile]:
+    """The kernels of ncu's CSV, one per launch in launch order.
 
-    ncu's own messages (``==PROF==``, ``==WARNING==``) may share the file: they are skipped.
+    ``--page raw`` prints a header row, a units row (no ID) and a row per launch with a column per
+    metric; the details page (ncu's default) a row per metric of each launch, with its name, unit and
+    value: both are read. ncu's own messages (``==PROF==``, ``==WARNING==``) may share the file.
     """
     lines = [line for line in text.splitlines() if line.strip() and not line.startswith("==")]
     rows = list(csv.reader(lines))
     start = next((i for i, row in enumerate(rows) if "Kernel Name" in row and "ID" in row), None)
     if start is None:
-        warning = next((line for line in text.splitlines() if line.startswith("==") and "No kernels" in line), "")
-        if warning:
+        if any(line.startswith("==") and "No kernels" in line for line in text.splitlines()):
             return []
         raise NcuError("ncu printed no CSV table (no 'Kernel Name' header): " + _last_line(text))
     header = rows[start]
-    missing = [m for m in METRICS.values() if m not in header]
+    records = [dict(zip(header, row, strict=True)) for row in rows[start + 1 :] if len(row) == len(header)]
+    launches: dict[str, tuple[str, dict[str, float | None]]] = {}  # ID -> (kernel name, metric -> value)
+    if "Metric Name" in header:
+        for r in records:
+            name, values = launches.setdefault(r["ID"], (r["Kernel Name"], {}))
+            values[r["Metric Name"]] = _number(r["Metric Value"], r.get("Metric Unit", ""))
+    else:
+        units = {}
+        for r in records:
+            if not r["ID"].strip():
+                units = r  # the units row
+                continue
+            launches[r["ID"]] = (
+                r["Kernel Name"],
+                {m: _number(r[m], units.get(m, "")) for m in METRICS.values() if m in r},
+            )
+    if not launches:
+        return []
+    seen = set().union(*(values for _, values in launches.values()))
+    missing = [m for m in METRICS.values() if m not in seen]
     if missing:
         raise NcuError(f"ncu's CSV lacks the metric(s) {', '.join(missing)}: this ncu or GPU does not collect them")
-    column = {name: header.index(name) for name in header}
-    units = [""] * len(header)
     kernels = []
-    for row in rows[start + 1 :]:
-        if len(row) != len(header):
-            continue  # a message ncu wrapped over lines, not a launch
-        if not row[column["ID"]].strip():
-            units = row
-            continue
-        values = {field: _number(row[column[m]], units[column[m]]) for field, m in METRICS.items()}
-        ints = {k: None if values[k] is None else int(values[k]) for k in ("registers", "grid", "block")}
-        kernels.append(KernelProfile(name=row[column["Kernel Name"]], **{**values, **ints}))
+    for name, values in launches.values():
+        fields = {field: values.get(metric) for field, metric in METRICS.items()}
+        ints = {k: None if fields[k] is None else int(fields[k]) for k in ("registers", "grid", "block")}
+        kernels.append(KernelProfile(name=name, **{**fields, **ints}))
     return kernels
 
 
