@@ -262,7 +262,7 @@ def _profile(c: CandidateRecord) -> str:
     ]
     kernels = ""
     for name, metrics in c.profile.items():
-        if name == "profile":  # `kforge profile --run`: Nsight Compute's kernels, a table of their own
+        if name == "profile":  # Nsight Compute (`kforge profile --run`, `kforge run --ncu`): a table of its own
             kernels = ncu_table(metrics)
             continue
         flat = isinstance(metrics, dict) and all(not isinstance(v, dict | list) for v in metrics.values())

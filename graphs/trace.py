@@ -94,7 +94,7 @@ def candidate_detail(run: RunData, cid: str) -> list[str]:
         ("jobs", [f"{j.job_id} {j.status} {fmt(j.wall_s, '.2f', ' s')}" for j in c.jobs]),
     ]
     lines.extend(f"  {key}: {value}" for key, value in fields)
-    if "profile" in c.profile:  # saved by `kforge profile --run`
+    if "profile" in c.profile:  # saved by `kforge profile --run` or `kforge run --ncu`
         from tools.ncu import ProfileReport, render
 
         lines.append("  ncu profile:")

@@ -1,9 +1,10 @@
 """The process ncu profiles: ``python -m sandbox.profile_target --job FILE --contender NAME --error-file F``.
 
 It builds one contender (the problem's ``Model`` eager or under ``torch.compile``, or the candidate's
-``ModelNew`` with the reference's weights), calls it ``warmup`` times, then opens the profiler range for
-exactly one call on fresh seeded inputs. ncu runs with ``--profile-from-start off``, so only that call's
-kernels are measured. A failure is written, one line, to the error file for the worker to report.
+``ModelNew`` with the reference's weights) and the job's seeded inputs, calls it ``warmup`` times, then
+opens the profiler range for exactly one more call. ncu runs with ``--profile-from-start off``, so only
+that call's kernels are measured (it flushes the caches before each, so the repeated inputs are not
+warm). A failure is written, one line, to the error file for the worker to report.
 """
 
 from __future__ import annotations

@@ -190,7 +190,7 @@ def parse_csv(text: str) -> list[KernelProfile]:
     launches: dict[str, tuple[str, dict[str, float | None]]] = {}  # ID -> (kernel name, metric -> value)
     if "Metric Name" in header:
         for r in records:
-            name, values = launches.setdefault(r["ID"], (r["Kernel Name"], {}))
+            values = launches.setdefault(r["ID"], (r["Kernel Name"], {}))[1]
             values[r["Metric Name"]] = _number(r["Metric Value"], r.get("Metric Unit", ""))
     else:
         units = {}
