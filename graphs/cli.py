@@ -473,10 +473,21 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         line("cupy", cupy.__version__)
     except ImportError:
         line("cupy", "not installed (needed to run CUDA candidates: pip install 'kernelforge[gpu]')")
+    line("ncu", _ncu_status())
     line("docker", _docker_status())
     keys = [k for k in PROVIDER_KEYS if os.environ.get(k)]
     line("llm keys", ", ".join(keys) if keys else "none set (the builtin offline team will be used)")
     return EXIT_OK
+
+
+def _ncu_status() -> str:
+    from tools import ncu
+
+    try:
+        path = ncu.find_ncu()
+    except ncu.NcuError:
+        return "not found (`kforge profile` and `kforge run --ncu` need Nsight Compute)"
+    return f"{ncu.version(path)} ({path})"
 
 
 def _docker_status() -> str:

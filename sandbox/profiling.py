@@ -30,12 +30,6 @@ class ProfileFailed(Exception):
         self.details = details
 
 
-def ncu_version(path: str) -> str:
-    proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60, check=False)
-    named = [line.strip() for line in proc.stdout.splitlines() if line.strip().lower().startswith("version")]
-    return named[0] if named else f"{path} (version not printed)"
-
-
 def profile(job: ProfileJob, cuda_available: bool) -> ProfileReport:
     """Every contender's kernels for one call; ProfileFailed (one line) when that cannot be had."""
     if not cuda_available:
@@ -49,7 +43,7 @@ def profile(job: ProfileJob, cuda_available: bool) -> ProfileReport:
     job_file.write_text(job.model_dump_json())
     deadline = time.monotonic() + job.timeout_s
     contenders = {c: _profile_one(job, c, ncu_path, job_file, scratch, deadline) for c in job.contenders}
-    return ProfileReport(ncu=ncu_version(ncu_path), metrics=list(ncu.METRICS.values()), contenders=contenders)
+    return ProfileReport(ncu=ncu.version(ncu_path), metrics=list(ncu.METRICS.values()), contenders=contenders)
 
 
 def _profile_one(

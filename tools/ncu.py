@@ -13,6 +13,7 @@ import csv
 import glob
 import os
 import shutil
+import subprocess
 
 from pydantic import BaseModel, Field
 
@@ -135,6 +136,13 @@ def find_ncu(explicit: str | None = None) -> str:
     if not found:
         raise NcuError("Nsight Compute (ncu) not found on PATH nor in /usr/local/cuda/bin: install it or pass its path")
     return found
+
+
+def version(path: str) -> str:
+    """ "Version 2025.3.1.0 (build ...)", as ``ncu --version`` names itself."""
+    proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60, check=False)
+    named = [line.strip() for line in proc.stdout.splitlines() if line.strip().lower().startswith("version")]
+    return named[0] if named else f"{path} (version not printed)"
 
 
 def command(ncu: str, log_file: str, target: list[str]) -> list[str]:
