@@ -7,8 +7,9 @@
 Each ``--config NAME=ARGS`` runs ``kforge batch PROBLEMS ARGS COMMON`` with its own runs folder (OUT/NAME), so
 no run is resumed from another configuration. For each: its wall time, the sandbox jobs its runs sent (distinct
 job ids in their events.jsonl), jobs per minute, and the ratio of its wall time to the first configuration's.
-Then, per problem, the kernel each configuration selected (template and parameters, or the reference) and its
-verdict, and whether they agree. Writes OUT/scaling.md and OUT/scaling.json and prints the markdown.
+Then, per problem, the kernel each configuration selected (template and parameters, or the reference), its
+verdict and its speedup vs the faster reference, and whether kernel and verdict agree (two candidates within
+the timing noise of each other may trade places). Writes OUT/scaling.md and OUT/scaling.json and prints the markdown.
 """
 
 from __future__ import annotations
@@ -46,18 +47,25 @@ def selections(out: Path) -> tuple[dict[str, dict[str, Any]], int]:
     record = json.loads((out / "batch.json").read_text())
     picked, jobs = {}, 0
     for row in record["rows"]:
+        entry = {"kernel": None, "verdict": row.get("outcome"), "verified": row.get("verified")}
+        entry["speedup_vs_best"] = row.get("speedup_vs_best")
+        picked[row["name"]] = entry
         if not row.get("run_id"):
-            picked[row["name"]] = {"kernel": None, "verdict": row.get("outcome"), "verified": None}
             continue
         paths = RunPaths(out / row["run_id"])
         state = load_state(paths)
         best = next((c for c in state.get("candidates", []) if c["id"] == state.get("best_id")), None)
-        kernel = (
-            "reference" if best is None else f"{best.get('template')} {json.dumps(best.get('params'), sort_keys=True)}"
+        # "spec" holds the problem's facts (shapes, the traced ops): the same in every run of one problem.
+        params = {k: v for k, v in (best or {}).get("params", {}).items() if k != "spec"}
+        entry["kernel"] = (
+            "reference" if best is None else f"{best.get('template')} {json.dumps(params, sort_keys=True)}"
         )
-        picked[row["name"]] = {"kernel": kernel, "verdict": row.get("outcome"), "verified": row.get("verified")}
         jobs += len({e["job_id"] for e in read_events(paths.events) if "job_id" in e})
     return picked, jobs
+
+
+def _ratio(x: float | None) -> str:
+    return "—" if x is None else f"{x:.3f}×"
 
 
 def markdown(results: list[dict[str, Any]]) -> str:
@@ -84,7 +92,7 @@ def markdown(results: list[dict[str, Any]]) -> str:
             s is not None and (s["kernel"], s["verdict"]) == (seen[0]["kernel"], seen[0]["verdict"]) for s in seen
         )
         agree += same
-        cells = [f"{s['kernel']} · {s['verdict']}" if s else "—" for s in seen]
+        cells = [f"{s['kernel']} · {s['verdict']} · {_ratio(s['speedup_vs_best'])}" if s else "—" for s in seen]
         lines.append(f"| {p} | " + " | ".join(cells) + f" | {'yes' if same else '**no**'} |")
     lines += ["", f"Same kernel and verdict in every configuration: {agree} of {len(problems)} problems."]
     return "\n".join(lines)

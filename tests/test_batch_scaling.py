@@ -35,10 +35,13 @@ def test_two_settings_side_by_side(tmp_path: Path) -> None:
     table = (tmp_path / "scal" / "scaling.md").read_text()
     assert out.stdout.endswith(table)  # printed after the batches' own progress lines
     assert "| serial | `--parallel 1` | 0 |" in table and "| two | `--parallel 2` | 0 |" in table
-    same = sum(serial["picked"][p] == two["picked"][p] for p in serial["picked"])
+    pick = lambda r, p: (r["picked"][p]["kernel"], r["picked"][p]["verdict"])  # noqa: E731
+    same = sum(pick(serial, p) == pick(two, p) for p in serial["picked"])
     assert f"Same kernel and verdict in every configuration: {same} of 2 problems." in table
     for picked in serial["picked"].values():
         assert picked["kernel"] == "reference" or picked["kernel"].split()[0] in ("softmax_cpu", "reduce_cpu")
+        assert picked["kernel"] == "reference" or '"spec"' not in picked["kernel"]  # the problem's facts are left out
+        assert f"{picked['kernel']} · {picked['verdict']} · " in table
 
 
 def test_bad_input_is_one_line(tmp_path: Path) -> None:
