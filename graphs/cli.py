@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from graphs.cli_profile import add_parser as add_profile_parser
 from graphs.logs import configure_logging
-from graphs.profile_cmd import add_parser as add_profile_parser
 from tools.errors import ConfigError, KernelforgeError, ProblemError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
