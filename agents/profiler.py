@@ -16,8 +16,8 @@ import structlog
 
 from agents.base import Candidate, RoleContext
 from graphs.state import message
-from sandbox.protocol import ProfileJob
-from tools.evaluation import evaluate, noise_flags
+from tools.errors import CandidateError
+from tools.evaluation import evaluate, noise_flags, profile_job
 
 log = structlog.get_logger(__name__)
 LATENCY_BOUND_MS = 0.02  # below this a call is dominated by launch and dispatch overhead
@@ -108,14 +108,17 @@ def ncu_profile(ctx: RoleContext, candidate: dict[str, Any], update: Candidate) 
     """Profile the round's fastest candidate under Nsight Compute (``--ncu``): its kernels go into
     candidates/<id>/profile.json and a one-line summary into its diagnosis, for the next round's planner.
     A profile that fails is said in the message; the candidate's verdict does not depend on it."""
-    job = ProfileJob(
-        problem_name=ctx.problem.path.name,
-        problem_source=ctx.problem.path.read_text(),
-        candidate_name=f"{candidate['id']}.py",
-        candidate_source=candidate["source"],
-        contenders=["candidate"],
-        seed=ctx.settings.seed,
-    )
+    try:
+        job = profile_job(
+            ctx.problem,
+            candidate["source"],
+            candidate_name=f"{candidate['id']}.py",
+            contenders=["candidate"],
+            seed=ctx.settings.seed,
+        )
+    except CandidateError as exc:  # flagged code is never profiled; the critic rejects it in its turn
+        log.warning("ncu_profile_refused", candidate_id=candidate["id"], reason=str(exc))
+        return f"{candidate['id']} under ncu: not profiled: {exc}", 0.0
     result = ctx.sandbox.run(job)
     if result.status != "ok" or result.profile is None:
         log.warning("ncu_profile_failed", candidate_id=candidate["id"], status=result.status, reason=result.reason)

@@ -97,33 +97,28 @@ def _target(args: argparse.Namespace) -> tuple[Problem, str | None, str, Path | 
 def cmd_profile(args: argparse.Namespace) -> int:
     from graphs.cli import sandbox_config
     from sandbox.config import job_machine, make_sandbox
-    from sandbox.protocol import ProfileJob
     from tools import ncu
-    from tools.checks import blocking, static_findings
     from tools.device import cuda_available
+    from tools.evaluation import profile_job
 
     if args.warmup < 1:
         raise ConfigError("--warmup must be at least 1 (the first call compiles)")
     problem, source, name, saved = _target(args)
     contenders = _contenders(args.contenders, source is not None)
-    if source is not None and (refused := blocking(static_findings(source, problem.info), "relaxed")):
-        # A profile job runs with the profiler's privileges: only code the checks let through gets there.
-        raise ConfigError(f"{name}: the anti-cheat checks reject it ({refused[0]}); `kforge eval` says more")
-    sandbox = sandbox_config(args)
-    if sandbox.type != "ray" and not cuda_available():  # a Ray cluster says for itself, in job_machine
-        raise EnvironmentProblem("profiling needs a CUDA GPU, and none is visible here")
-    job_machine(sandbox, "cuda")
-    job = ProfileJob(
-        problem_name=problem.path.name,
-        problem_source=problem.path.read_text(),
+    job = profile_job(
+        problem,
+        source if "candidate" in contenders else None,
         candidate_name=name or "candidate.py",
-        candidate_source=source if "candidate" in contenders else None,
-        contenders=contenders,  # type: ignore[arg-type]
+        contenders=contenders,
         seed=args.seed,
         warmup=args.warmup,
         ncu=args.ncu,
         timeout_s=args.timeout,
     )
+    sandbox = sandbox_config(args)
+    if sandbox.type != "ray" and not cuda_available():  # a Ray cluster says for itself, in job_machine
+        raise EnvironmentProblem("profiling needs a CUDA GPU, and none is visible here")
+    job_machine(sandbox, "cuda")
     result = make_sandbox(sandbox).run(job)
     if result.status != "ok" or result.profile is None:
         print(f"kforge: profile failed ({result.status}): {result.reason}", file=sys.stderr)

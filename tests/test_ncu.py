@@ -188,7 +188,7 @@ def test_profile_command_errors_are_one_line(kforge_cache: Path) -> None:
         (("softmax_small", "--contenders", "eager,bogus"), 2, "--contenders 'eager,bogus': name some of eager"),
         (("softmax_small", "--contenders", "candidate"), 2, "--contenders names the candidate, but no candidate"),
         (("softmax_small", "--candidate", "c1-0"), 2, "--candidate ID names a run's candidate: use it with --run"),
-        (("softmax_small", str(cheat)), 2, f"{cheat}: the anti-cheat checks reject it (thread at line 3"),
+        (("softmax_small", str(cheat)), 2, f"{cheat}: the static anti-cheat checks reject it (thread at line 3"),
         (("softmax_small", "--warmup", "0"), 2, "--warmup must be at least 1"),
     ]
     if not torch.cuda.is_available():

@@ -200,7 +200,7 @@ def test_ncu_candidate_comes_with_ncu_and_never_profiles_flagged_code(tmp_path: 
     tools = {t.name: t for t in make_tools(ctx, candidate_id="c1-0", stats=stats)}
     assert set(tools) == {"compile_candidate", "check_candidate", "profile_candidate", "ncu_candidate"}
     text = tools["ncu_candidate"].invoke({"source": (FIXTURES / "cheats" / "side_stream_torch.py").read_text()})
-    assert text.startswith("not profiled: the anti-cheat checks reject it (side_stream"), text
+    assert text.startswith("not profiled: c1-0.py: the static anti-cheat checks reject it (side_stream"), text
     assert stats.calls == {"ncu_candidate": 1}
 
 

@@ -8,12 +8,23 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import structlog
 from pydantic import BaseModel, Field
 
 from sandbox.config import Sandbox
-from sandbox.protocol import Ceilings, CeilingsJob, Device, EvalJob, JobResult, Policy, TimingConfig, TimingReport
+from sandbox.protocol import (
+    Ceilings,
+    CeilingsJob,
+    Device,
+    EvalJob,
+    JobResult,
+    Policy,
+    ProfileJob,
+    TimingConfig,
+    TimingReport,
+)
 from tools.checks import blocking, static_findings
 from tools.errors import CandidateError, EnvironmentProblem
 from tools.problem import Problem, check_fits
@@ -117,6 +128,28 @@ def read_candidate(path: str | Path) -> str:
     except SyntaxError as exc:
         raise CandidateError(f"{path}: Python syntax error at line {exc.lineno}: {exc.msg}") from exc
     return source
+
+
+def profile_job(
+    problem: Problem, candidate_source: str | None, *, candidate_name: str = "candidate.py", **fields: Any
+) -> ProfileJob:
+    """An Nsight Compute job on ``problem`` (``fields``: ProfileJob's contenders, seed, ...).
+
+    CandidateError when the static anti-cheat checks reject the candidate: a profile job may run with the
+    profiler's privileges (root and CAP_SYS_ADMIN in the docker backend's profile container), so code they
+    flag never gets there.
+    """
+    if candidate_source is not None:
+        refused = blocking(static_findings(candidate_source, problem.info), "relaxed")
+        if refused:
+            raise CandidateError(f"{candidate_name}: the static anti-cheat checks reject it ({refused[0]})")
+    return ProfileJob(
+        problem_name=str(problem.path),
+        problem_source=problem.source,
+        candidate_name=candidate_name,
+        candidate_source=candidate_source,
+        **fields,
+    )
 
 
 def get_ceilings(sandbox: Sandbox, device: Device, device_name: str, refresh: bool = False) -> Ceilings:

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from pydantic import BaseModel, Field
 
-from sandbox.protocol import ProfileJob, TimingReport
-from tools.checks import blocking, static_findings
+from sandbox.protocol import TimingReport
 from tools.compile import DEFAULT_ARCH, check_candidate_cuda
-from tools.evaluation import Evaluation, evaluate
+from tools.errors import CandidateError
+from tools.evaluation import Evaluation, evaluate, profile_job
 from tools.ncu import render
 
 if TYPE_CHECKING:
@@ -200,18 +200,17 @@ class _Tools:
     def ncu_candidate(self, source: str) -> str:
         started = time.perf_counter()
         problem = self.ctx.problem
-        refused = blocking(static_findings(source, problem.info), "relaxed")
-        if refused:  # a profile job runs with the profiler's privileges: never flagged code
+        try:
+            job = profile_job(
+                problem,
+                source,
+                candidate_name=f"{self.candidate_id or 'candidate'}.py",
+                contenders=["eager", "candidate"],
+                seed=self.ctx.settings.seed,
+            )
+        except CandidateError as exc:
             self._done("ncu_candidate", started, 0.0, "refused", source)
-            return f"not profiled: the anti-cheat checks reject it ({refused[0]}); check_candidate says more"
-        job = ProfileJob(
-            problem_name=problem.path.name,
-            problem_source=problem.path.read_text(),
-            candidate_name=f"{self.candidate_id or 'candidate'}.py",
-            candidate_source=source,
-            contenders=["eager", "candidate"],
-            seed=self.ctx.settings.seed,
-        )
+            return f"not profiled: {exc}"
         result = self.ctx.sandbox.run(job)
         self._done("ncu_candidate", started, result.wall_s, result.status, source)
         if result.status != "ok" or result.profile is None:
