@@ -339,6 +339,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
             timing=TimingConfig(
                 min_trials=args.trials, min_seconds=args.min_seconds, hide_launch=not args.count_launch
             ),
+            ncu=args.ncu,
         )
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -516,6 +517,14 @@ def add_timing_mode(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_ncu_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--ncu",
+        action="store_true",
+        help="profile each round's fastest new candidate under Nsight Compute (CUDA; see `kforge profile`)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kforge", description="Search for faster kernels, and trust the number.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress and show tracebacks")
@@ -556,11 +565,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sandbox_options(run)
     run.add_argument("--roles", default=None, help="comma-separated role list (default planner,coder,profiler,critic)")
     run.add_argument("--no-compile", action="store_true", help="skip the torch.compile reference in the baseline")
-    run.add_argument(
-        "--ncu",
-        action="store_true",
-        help="profile each round's fastest new candidate under Nsight Compute (CUDA; see `kforge profile`)",
-    )
+    add_ncu_option(run)
     add_timing_mode(run)
     run.add_argument("--max-wall", type=float, default=None, help="wall-time budget in seconds")
     run.add_argument("--max-tokens", type=int, default=None)
@@ -584,6 +589,7 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--policy", default="relaxed", choices=["relaxed", "strict"])
     add_sandbox_options(batch)
     batch.add_argument("--no-compile", action="store_true", help="skip the torch.compile reference in the baseline")
+    add_ncu_option(batch)
     batch.add_argument("--checks", type=int, default=5, help="seeded input sets per verification (default 5)")
     batch.add_argument("--trials", type=int, default=100, help="minimum timed calls per contender (default 100)")
     batch.add_argument("--min-seconds", type=float, default=0.5, help="minimum timing duration (default 0.5)")

@@ -233,8 +233,9 @@ def test_the_summary_a_planner_reads() -> None:
 def test_ncu_in_a_run_needs_the_cuda_device(kforge_cache: Path) -> None:
     from tests.test_cli import kforge
 
-    out = kforge(kforge_cache, "run", "softmax_small", "--device", "cpu", "--ncu")
-    assert (out.returncode, out.stderr) == (
-        2,
-        "kforge: error: --ncu: Nsight Compute profiles CUDA kernels, and this run's device is cpu\n",
-    )
+    for command in ("run", "batch"):
+        out = kforge(kforge_cache, command, str(PROBLEMS / "softmax_small.py"), "--device", "cpu", "--ncu")
+        assert (out.returncode, out.stderr) == (
+            2,
+            "kforge: error: --ncu: Nsight Compute profiles CUDA kernels, and this run's device is cpu\n",
+        )

@@ -52,6 +52,7 @@ COMPARED = (
     "compile_reference",
     "roles",
     "timing",
+    "ncu",
 )
 STOP_CHILDREN_S = 30.0
 T = TypeVar("T")
