@@ -466,11 +466,13 @@ def test_strict_matmul_seeds_are_correct_on_the_gpu(sandbox: LocalSandbox) -> No
 
 @pytest.mark.gpu
 def test_relaxed_matmul_seeds_keep_well_inside_the_tolerance_on_the_gpu() -> None:
-    """The bf16x3 seeds on 4096² randn products: at most a third of what atol = rtol = 1e-2 allows at any output,
-    against a float64 product (measured a fifth to a ninth, bench/RESULTS.md; plain TF32 uses seven times it)."""
+    """The bf16x3 seeds (mma.sync and wgmma) on 4096² randn products: at most a third of what atol = rtol = 1e-2
+    allows at any output, against a float64 product (mma.sync's measured a fifth to a ninth, bench/RESULTS.md;
+    plain TF32 uses seven times it)."""
     problem = load_problem(PROBLEMS / "matmul_4096.py")
-    ideas = [i for i in builtin.propose(problem.info, "cuda", 3, [], None) if i.template == "matmul_cuda_bf16x3"]
-    assert ideas
+    ideas = builtin.propose(problem.info, "cuda", 3, [], None)
+    ideas = [i for i in ideas if i.template in ("matmul_cuda_bf16x3", "matmul_cuda_wgmma")]
+    assert {i.template for i in ideas} == {"matmul_cuda_bf16x3", "matmul_cuda_wgmma"}
     A, B = make_inputs(problem.module.get_inputs, "cuda", seed=1)
     with torch.no_grad():
         exact = A.double() @ B.double()
@@ -482,14 +484,17 @@ def test_relaxed_matmul_seeds_keep_well_inside_the_tolerance_on_the_gpu() -> Non
 
 
 @pytest.mark.gpu
-def test_cuda_matmuls_of_transposed_n_d_and_einsum_inputs_are_correct(tmp_path: Path, sandbox: LocalSandbox) -> None:
+def test_cuda_matmuls_of_transposed_n_d_einsum_and_bmm_inputs_are_correct(
+    tmp_path: Path, sandbox: LocalSandbox
+) -> None:
     write_matmul(tmp_path, "both", "torch.matmul(A.T, B.T)", (128, 256), (384, 128))  # (256 x 128) @ (128 x 384)
     write_matmul(tmp_path, "three_d", "torch.matmul(A, B)", (2, 128, 128), (128, 384))  # (256 x 128) @ (128 x 384)
     einsum = 'torch.einsum("bijl,kl->bijk", A, B)'
     write_matmul(tmp_path, "einsum", einsum, (2, 2, 64, 128), (384, 128))  # (256 x 128) @ (128 x 384)
-    for name in ("both", "three_d", "einsum"):
+    write_matmul(tmp_path, "bmm", "torch.bmm(A, B)", (2, 128, 128), (2, 128, 384))  # two (128 x 128) @ (128 x 384)
+    for name in ("both", "three_d", "einsum", "bmm"):
         problem = load_problem(tmp_path / f"{name}.py")
         shape = builtin.analyse(problem.info)
-        for template in ("matmul_cuda_tiled", "matmul_cuda_simt", "matmul_cuda_mma"):
+        for template in ("matmul_cuda_tiled", "matmul_cuda_simt", "matmul_cuda_mma", "matmul_cuda_wgmma"):
             t = TEMPLATES[template]
             assert_correct(problem, template, t.normalise({**t.defaults(), **shape.extras()}), "cuda", sandbox)

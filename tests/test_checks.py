@@ -29,6 +29,7 @@ FAMILY_PROBLEM |= {"elementwise": "gelu_chain_small.py", "epilogue": "linear_rel
 FAMILY_PROBLEM |= {"reduce": "sum_dim_small.py"}
 # Templates that compute on TF32 tensor cores: flagged as a precision downgrade, which only the strict policy blocks.
 LOW_PRECISION_TEMPLATES = {"matmul_cuda_mma", "matmul_cuda_bf16x3", "epilogue_cuda_bf16x3"}  # relaxed-only sources
+LOW_PRECISION_TEMPLATES |= {"matmul_cuda_wgmma", "epilogue_cuda_wgmma"}
 _INFO: dict[str, ProblemInfo] = {}
 
 

@@ -24,6 +24,7 @@ from agents.builtin import (
     templates_matmul_cpu,
     templates_matmul_simt,
     templates_matmul_tiled,
+    templates_matmul_wgmma,
     templates_softmax_cpu,
     templates_softmax_cuda,
 )
@@ -247,6 +248,17 @@ def _matmul_bf16x3_text(p: Params) -> str:
         "pipeline, fragments by ldmatrix"
         + (", each K step's partial added to the total with rounded fp32 adds" if p["promote"] else "")
         + (f", {p['min_blocks']} blocks per SM" if p["min_blocks"] > 1 else "")
+    )
+
+
+def _matmul_wgmma_text(p: Params) -> str:
+    return (
+        "bf16x3 on Hopper's warpgroup tensor-core instructions (each fp32 operand split once into a bfloat16 part and "
+        "a bfloat16 remainder, three wgmma products a K step read straight from 128-byte-swizzled shared memory, "
+        f"fp32 accumulation: ~2^-16 relative error, for the relaxed tolerance policy), 128x{p['bn']} block tile of "
+        f"two warpgroups, BK=64, {p['stages']}-stage cp.async pipeline"
+        + (", a K step's wgmma still running while the next buffer is refilled" if p["inflight"] else "")
+        + (f", block rows grouped by {p['group']}" if p["group"] != 8 else "")
     )
 
 
@@ -566,6 +578,23 @@ TEMPLATES: dict[str, Template] = {
             valid=templates_matmul_bf16x3.valid,
             extras=("spec",),  # which operands the problem transposes
             runs_on=_tiles_divide,
+            policies=("relaxed",),
+        ),
+        Template(
+            "matmul_cuda_wgmma",
+            "matmul",
+            "cuda",
+            (
+                Param("bn", (128, 256), 128),
+                Param("stages", (2, 3), 3),
+                Param("inflight", (False, True), False),
+                Param("group", (8, 16), 8),
+            ),
+            templates_matmul_wgmma.render_matmul_wgmma,
+            _matmul_wgmma_text,
+            valid=templates_matmul_wgmma.valid,
+            extras=("spec",),  # which operands the problem transposes
+            runs_on=lambda p, s: s.m % 128 == 0 and s.n % p["bn"] == 0 and s.k % 64 == 0,
             policies=("relaxed",),
         ),
         Template(

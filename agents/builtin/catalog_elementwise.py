@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from agents.builtin import templates_matmul_bf16x3
+from agents.builtin import templates_matmul_bf16x3, templates_matmul_wgmma
 from agents.builtin.catalog import Param, Params, Template
 from agents.builtin.pointwise import load
 from agents.builtin.recognise import Shape
@@ -24,6 +24,8 @@ from agents.builtin.templates_elementwise_cuda import (
     render_elementwise_cuda,
     render_epilogue_cuda,
     render_epilogue_cuda_bf16x3,
+    render_epilogue_cuda_wgmma,
+    wgmma_point,
 )
 from agents.builtin.templates_elementwise_expression import expression_text, pointwise_ops, transcendental
 
@@ -114,6 +116,21 @@ def _epilogue_bf16x3_text(p: Params) -> str:
     )
 
 
+def _epilogue_wgmma_text(p: Params) -> str:
+    where = "in place on its output" if p["inplace"] else "into a new buffer"
+    bias = "; the bias added in the tail" if _has_bias(p) else ""
+    return (
+        f"linear by our bf16x3 wgmma GEMM (128x{p['bn']} blocks of two warpgroups, {p['stages']}-stage pipeline), "
+        f"then the tail {_expr(p)} as one kernel {where}{bias}: {_cuda_text(p)}"
+    )
+
+
+def _linear_fits_wgmma(s: Shape) -> bool:
+    """A linear layer (x @ weight.T) whose M, N and K the wgmma GEMM's 128 x 128 x 64 tiles divide."""
+    heavy = (load(s.spec) if s.spec else {}).get("heavy") or {}
+    return heavy.get("op") == "linear" and s.m % 128 == 0 and s.n % 128 == 0 and s.k % 64 == 0
+
+
 def _linear_fits_gemm(s: Shape) -> bool:
     """A linear layer (x @ weight.T) whose M, N and K the bf16x3 GEMM's 128 x 128 x 32 tiles divide."""
     heavy = (load(s.spec) if s.spec else {}).get("heavy") or {}
@@ -182,6 +199,12 @@ _GEMM_PARAMS = (
     Param("stages", (2, 3, 4), 3),
 )
 
+# The wgmma GEMM's parameters, for an epilogue whose linear layer it runs (128-row blocks, one an SM).
+_WGMMA_PARAMS = (
+    Param("bn", (128, 256), 128),
+    Param("stages", (2, 3), 3),
+)
+
 TEMPLATES: tuple[Template, ...] = (
     Template(
         "elementwise_cuda",
@@ -228,6 +251,20 @@ TEMPLATES: tuple[Template, ...] = (
         policies=("relaxed",),  # it computes in bfloat16
     ),
     Template(
+        "epilogue_cuda_wgmma",
+        "epilogue",
+        "cuda",
+        _WGMMA_PARAMS + _TAIL_PARAMS[1:] + _CUDA_PARAMS,
+        render_epilogue_cuda_wgmma,
+        _epilogue_wgmma_text,
+        valid=lambda p: templates_matmul_wgmma.valid(wgmma_point(p)),
+        irrelevant=_cuda_irrelevant,
+        extras=("spec",),
+        runs_on=lambda p, s: s.n % p["bn"] == 0,
+        applies=_linear_fits_wgmma,
+        policies=("relaxed",),  # it computes in bfloat16
+    ),
+    Template(
         "epilogue_cpu",
         "epilogue",
         "cpu",
@@ -270,6 +307,8 @@ def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
                     ("epilogue_cuda_bf16x3", {"warp": "64x32", "bk": 64, "promote": True, "block": 256, "items": 2}),
                 ]
                 out = [own[0], out[0], own[1], *out[1:]]
+                if _linear_fits_wgmma(shape):
+                    out.insert(0, ("epilogue_cuda_wgmma", {"block": 256, "items": 2}))
         return out
     if device == "cpu":
         name = "epilogue_cpu" if epilogue else "elementwise_cpu"
@@ -341,6 +380,12 @@ BASE: dict[str, Callable[[Params, Shape], str]] = {
         f"the linear layer is {s.flops / 1e9:.3g} GFLOP of the time: cuBLAS fp32 runs it on the CUDA cores, this "
         "GEMM on bf16 tensor cores with three products of split operands (16 bits of each, far inside 1e-2; "
         "2.3-2.4× cuBLAS fp32 on 4096² on the H200), and the tail then takes one pass over its output"
+    ),
+    "epilogue_cuda_wgmma": lambda p, s: (
+        f"the linear layer is {s.flops / 1e9:.3g} GFLOP of the time: cuBLAS fp32 runs it on the CUDA cores, this "
+        "GEMM on bf16 tensor cores with three products of split operands, by wgmma straight from shared memory "
+        "(mma.sync's version ran 2.3-2.4× cuBLAS fp32 on 4096² on the H200), and the tail then takes one pass over "
+        "its output"
     ),
     "epilogue_cpu": lambda p, s: (
         f"the heavy op stays in torch's CPU library; the ≈{_ops(s)} tail op(s) become one OpenMP + SIMD pass, in "

@@ -152,6 +152,8 @@ def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
                     ("matmul_cuda_mma", {"split": 3, "warp": "64x32", "promote": True}),
                     ("matmul_cuda_mma", {"split": 1, "warp": "64x64"}),
                 ]
+                if shape.k % 64 == 0:
+                    mma = [("matmul_cuda_wgmma", {}), mma[0], ("matmul_cuda_wgmma", {"bn": 256, "stages": 2}), *mma[1:]]
                 return [*mma, *out]
             return out
     return []

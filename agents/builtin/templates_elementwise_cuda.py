@@ -1,5 +1,6 @@
-"""Fused pointwise kernels on CUDA (NVRTC through CuPy): ``elementwise_cuda``, ``epilogue_cuda`` and
-``epilogue_cuda_bf16x3`` (a linear layer by ``templates_matmul_bf16x3``'s GEMM, then the tail).
+"""Fused pointwise kernels on CUDA (NVRTC through CuPy): ``elementwise_cuda``, ``epilogue_cuda``,
+``epilogue_cuda_bf16x3`` (a linear layer by ``templates_matmul_bf16x3``'s GEMM, then the tail) and
+``epilogue_cuda_wgmma`` (the same by ``templates_matmul_wgmma``'s).
 
 A grid-stride kernel, float4 loads and stores when every full operand and the output are 16-byte aligned
 (a scalar kernel otherwise), ITEMS vectors per thread in flight, 32-bit index math whenever the tensor
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agents.builtin import templates_matmul_wgmma
 from agents.builtin._text import c_bool, c_params, fill, wrap
 from agents.builtin.templates_elementwise_expression import Expression, long_chain
 from agents.builtin.templates_elementwise_math import COMMON, CUDA_MATH
@@ -250,3 +252,13 @@ def gemm_point(params: Params) -> Params:
 def render_epilogue_cuda_bf16x3(params: Params, summary: str) -> str:
     heavy = mm_module_py(gemm_point(params), summary, b_col=True) + LINEAR_BF16X3_PY
     return render_cuda(params, summary, "epilogue_cuda_bf16x3", epilogue=True, heavy_py=heavy)
+
+
+def wgmma_point(params: Params) -> Params:
+    """An ``epilogue_cuda_wgmma`` point's GEMM, as a ``matmul_cuda_wgmma`` point."""
+    return {"bn": params["bn"], "stages": params["stages"], "inflight": False, "group": 8}
+
+
+def render_epilogue_cuda_wgmma(params: Params, summary: str) -> str:
+    heavy = templates_matmul_wgmma.mm_module_py(wgmma_point(params), summary, b_col=True) + LINEAR_BF16X3_PY
+    return render_cuda(params, summary, "epilogue_cuda_wgmma", epilogue=True, heavy_py=heavy)

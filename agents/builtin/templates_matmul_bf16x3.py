@@ -32,40 +32,9 @@ from agents.builtin._text import c_bool, c_params, fill, params_text, transposed
 from agents.builtin.candidate_python import MATMUL_OPERANDS_PY
 from agents.builtin.templates_cuda_mma import WARP_TILES, fill_gemm, threads
 
-MATMUL_BF16X3_CU = c_params(r"""
-// fp32 C = A @ B as three bf16 tensor-core products of split operands (hi + lo), fp32 accumulation.
-@SUMMARY_C@
-// M, N and K are multiples of BM, BN and BK (the wrapper checks). Batched over blockIdx.y, for bmm.
-#param BM          // rows of C per block
-#param BN          // columns of C per block
-#param BK          // depth of one K step (bf16 elements)
-#param WM          // warp tile rows
-#param WN          // warp tile columns
-#param STAGES      // shared-memory buffers in the cp.async pipeline
-#param MIN_BLOCKS  // blocks an SM must hold (caps the registers per thread)
-#param PROMOTE     // 1: each K step accumulates in fresh registers, added to the total with rounded adds
-#param GROUP       // tile rows per group of the block order
-#param B_COL       // 1: B is given as its (N, K) transpose, rows of K (a linear layer's weight); 0: (K, N) rows
-#define WARPS_M (BM / WM)
-#define WARPS_N (BN / WN)
-#define THREADS (WARPS_M * WARPS_N * 32)
-#define MI (WM / 16)
-#define NI (WN / 8)
-#define A_LD (BK + 8)  // 16 bytes of padding a row: an ldmatrix's eight rows fall on different banks
-#if B_COL
-#define B_LD (BK + 8)  // B's tile as BN rows of K, like A's
-#define B_TILE (BN * B_LD)
-#else
-#define B_LD (BN + 8)
-#define B_TILE (BK * B_LD)
-#endif
-#define A_TILE (BM * A_LD)
-#define STAGE_ELEMS (2 * A_TILE + 2 * B_TILE)  // hi and lo tiles of A, then of B
-
-static_assert(NI % 2 == 0, "B fragments are read two n8 blocks at a time");
-static_assert((BM * BK / 8) % THREADS == 0 && (BK * BN / 8) % THREADS == 0, "tile loads divide over threads");
-
-typedef unsigned short bf16_bits;  // a bfloat16's bits: the kernels only move them and hand them to mma
+# The split of fp32 operands into bfloat16 hi and lo parts, and the one-pass kernel that writes them for A and B in
+# their own layouts: the same in this GEMM and in templates_matmul_wgmma's.
+SPLIT_BF16_CU = r"""typedef unsigned short bf16_bits;  // a bfloat16's bits: kernels only move them and hand them to mma
 
 // Two floats rounded to nearest bfloat16, packed: the first in the low half (lower address), as arrays hold them.
 __device__ __forceinline__ unsigned bf16x2(float first, float second)
@@ -102,7 +71,42 @@ extern "C" __global__ void split_bf16(const float4* __restrict__ a, long long na
     }
 }
 
-__device__ __forceinline__ void cp_async16(bf16_bits* smem, const bf16_bits* gmem)
+"""
+
+MATMUL_BF16X3_CU = c_params(r"""
+// fp32 C = A @ B as three bf16 tensor-core products of split operands (hi + lo), fp32 accumulation.
+@SUMMARY_C@
+// M, N and K are multiples of BM, BN and BK (the wrapper checks). Batched over blockIdx.y, for bmm.
+#param BM          // rows of C per block
+#param BN          // columns of C per block
+#param BK          // depth of one K step (bf16 elements)
+#param WM          // warp tile rows
+#param WN          // warp tile columns
+#param STAGES      // shared-memory buffers in the cp.async pipeline
+#param MIN_BLOCKS  // blocks an SM must hold (caps the registers per thread)
+#param PROMOTE     // 1: each K step accumulates in fresh registers, added to the total with rounded adds
+#param GROUP       // tile rows per group of the block order
+#param B_COL       // 1: B is given as its (N, K) transpose, rows of K (a linear layer's weight); 0: (K, N) rows
+#define WARPS_M (BM / WM)
+#define WARPS_N (BN / WN)
+#define THREADS (WARPS_M * WARPS_N * 32)
+#define MI (WM / 16)
+#define NI (WN / 8)
+#define A_LD (BK + 8)  // 16 bytes of padding a row: an ldmatrix's eight rows fall on different banks
+#if B_COL
+#define B_LD (BK + 8)  // B's tile as BN rows of K, like A's
+#define B_TILE (BN * B_LD)
+#else
+#define B_LD (BN + 8)
+#define B_TILE (BK * B_LD)
+#endif
+#define A_TILE (BM * A_LD)
+#define STAGE_ELEMS (2 * A_TILE + 2 * B_TILE)  // hi and lo tiles of A, then of B
+
+static_assert(NI % 2 == 0, "B fragments are read two n8 blocks at a time");
+static_assert((BM * BK / 8) % THREADS == 0 && (BK * BN / 8) % THREADS == 0, "tile loads divide over threads");
+
+@SPLIT_CU@__device__ __forceinline__ void cp_async16(bf16_bits* smem, const bf16_bits* gmem)
 {
     const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
@@ -279,7 +283,7 @@ def _linear_bf16x3(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 '''
 
 MATMUL_BF16X3_PY = (
-    r'''"""Builtin candidate `matmul_cuda_bf16x3` (agents.builtin).
+    r'''"""Builtin candidate `@TEMPLATE@` (agents.builtin).
 
 @SUMMARY_DOC@
 
@@ -342,7 +346,9 @@ def valid(params: dict[str, Any], b_col: bool = False) -> bool:
 
 def mm_module_py(params: dict[str, Any], summary: str, b_col: bool = False) -> str:
     """The GEMM's module-level Python (``MM_BF16X3_PY``) for one point; ``b_col``: B given as (N, K) rows."""
-    cu = fill_gemm(MATMUL_BF16X3_CU, params, summary, MIN_BLOCKS=params["min_blocks"], B_COL=c_bool(b_col))
+    cu = fill_gemm(
+        MATMUL_BF16X3_CU, params, summary, SPLIT_CU=SPLIT_BF16_CU, MIN_BLOCKS=params["min_blocks"], B_COL=c_bool(b_col)
+    )
     return fill(
         MM_BF16X3_PY,
         GEMM_SRC=cu,
@@ -358,6 +364,7 @@ def mm_module_py(params: dict[str, Any], summary: str, b_col: bool = False) -> s
 def render_matmul_bf16x3(params: dict[str, Any], summary: str) -> str:
     return fill(
         MATMUL_BF16X3_PY,
+        TEMPLATE="matmul_cuda_bf16x3",
         SUMMARY_DOC=wrap(summary),
         PARAMS=params_text(params),
         MM_BF16X3_PY=mm_module_py(params, summary),
