@@ -213,16 +213,18 @@ def wgmma_cu(n: int) -> str:
     and ``accumulators_ready(d)``, which ties every accumulator to the point after the last wait (an asm operand
     list must name each of the n / 2 registers)."""
     regs = n // 2
-    operands = ", ".join(f"%{i}" for i in range(regs))
-    outputs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    # Sixteen registers a line of the instruction, eight a line of the operand list.
+    operands = ', "\n'.join('        "' + ", ".join(f"%{i}" for i in range(r, r + 16)) for r in range(0, regs, 16))
+    outputs = ",\n".join("          " + ", ".join(f'"+f"(d[{i}])' for i in range(r, r + 8)) for r in range(0, regs, 8))
     return (
         f"__device__ __forceinline__ void wgmma_bf16(float (&d)[{regs}], unsigned long long a, unsigned long long b)\n"
         "{\n"
         "    asm volatile(\n"
         '        "{ .reg .pred accumulate; setp.ne.b32 accumulate, %' + str(regs + 2) + ', 0;\\n"\n'
-        f'        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{operands}}}, %{regs}, %{regs + 1}, "\n'
-        '        "accumulate, 1, 1, 0, 0; }"\n'
-        f"        : {outputs}\n"
+        f'        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{"\n'
+        f'{operands}"\n'
+        f'        "}}, %{regs}, %{regs + 1}, accumulate, 1, 1, 0, 0; }}"\n'
+        f"        :\n{outputs}\n"
         '        : "l"(a), "l"(b), "r"(1));  // scale-d is a predicate: D = A B + D\n'
         "}\n\n"
         "// No code: the compiler may not move accumulator reads above the wait that makes them final.\n"
