@@ -233,16 +233,10 @@ matmul_bf16x3(const bf16_bits* __restrict__ Ah, const bf16_bits* __restrict__ Al
 @MMA_STEP_END@
 """)
 
-# The GEMM's module-level Python, the same in a matmul candidate and in an epilogue candidate whose heavy op it
-# runs: its CUDA source, the two kernels and ``_mm_bf16x3``.
-MM_BF16X3_PY = r'''GEMM_SRC = r"""@GEMM_SRC@"""
-
-_GEMM_BM, _GEMM_BN, _GEMM_BK, _GEMM_THREADS, _GEMM_SMEM = @BM@, @BN@, @BK@, @THREADS@, @SMEM@
-_SPLIT = cupy.RawKernel(GEMM_SRC, "split_bf16", options=("-std=c++17",))
-_GEMM = cupy.RawKernel(GEMM_SRC, "matmul_bf16x3", options=("-std=c++17",))
-_GEMM.max_dynamic_shared_size_bytes = _GEMM_SMEM
-
-
+# The start and the end of ``_mm_bf16x3``, alike in this GEMM's module and in templates_matmul_wgmma's: its
+# contract, the size and alignment checks and one bfloat16 buffer for both operands' parts; then, after each one's
+# split, the GEMM's launch (each module defines the _GEMM_* constants).
+MM_PARTS_PY = r'''
 def _mm_bf16x3(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, batch: int, M: int, N: int, K: int) -> None:
     """C = A @ B from three bfloat16 products, for contiguous float32 CUDA tensors: A (batch, M, K), B @B_SHAPE@,
     C (batch, M, N)."""
@@ -253,19 +247,36 @@ def _mm_bf16x3(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, batch: int, M:
     if A.data_ptr() % 16 or B.data_ptr() % 16:
         raise ValueError("this kernel reads A and B in 16-byte pieces: both must start on a 16-byte boundary")
     na, nb = A.numel(), B.numel()
-    # A's hi and lo parts, then B's: bfloat16, each in its operand's layout.
+    # A's hi and lo parts, then B's: bfloat16, @PARTS_LAYOUT@.
     parts = torch.empty(2 * (na + nb), device=A.device, dtype=torch.bfloat16)
     a_hi = parts.data_ptr()
     a_lo, b_hi = a_hi + 2 * na, a_hi + 4 * na
     b_lo = b_hi + 2 * nb
-    n4 = (na + nb) // 4
+'''
+MM_LAUNCH_PY = r"""    grid = ((M // _GEMM_BM) * (N // _GEMM_BN), batch)
+    args = (a_hi, a_lo, b_hi, b_lo, C.data_ptr(), cupy.int32(M), cupy.int32(N), cupy.int32(K))
+    _run_kernel(_GEMM, A.device, grid, (_GEMM_THREADS,), args, shared_mem=_GEMM_SMEM)
+"""
+
+# The GEMM's module-level Python, the same in a matmul candidate and in an epilogue candidate whose heavy op it
+# runs: its CUDA source, the two kernels and ``_mm_bf16x3``.
+MM_BF16X3_PY = (
+    r'''GEMM_SRC = r"""@GEMM_SRC@"""
+
+_GEMM_BM, _GEMM_BN, _GEMM_BK, _GEMM_THREADS, _GEMM_SMEM = @BM@, @BN@, @BK@, @THREADS@, @SMEM@
+_SPLIT = cupy.RawKernel(GEMM_SRC, "split_bf16", options=("-std=c++17",))
+_GEMM = cupy.RawKernel(GEMM_SRC, "matmul_bf16x3", options=("-std=c++17",))
+_GEMM.max_dynamic_shared_size_bytes = _GEMM_SMEM
+
+'''
+    + MM_PARTS_PY
+    + r"""    n4 = (na + nb) // 4
     split_args = (A.data_ptr(), cupy.int64(na // 4), B.data_ptr(), cupy.int64(nb // 4), a_hi, a_lo, b_hi, b_lo)
     if n4:  # K = 0 leaves nothing to split; the GEMM then writes zeros
         _run_kernel(_SPLIT, A.device, (min(-(-n4 // 256), 32 * _sm_count(A.device)),), (256,), split_args)
-    grid = ((M // _GEMM_BM) * (N // _GEMM_BN), batch)
-    args = (a_hi, a_lo, b_hi, b_lo, C.data_ptr(), cupy.int32(M), cupy.int32(N), cupy.int32(K))
-    _run_kernel(_GEMM, A.device, grid, (_GEMM_THREADS,), args, shared_mem=_GEMM_SMEM)
-'''
+"""
+    + MM_LAUNCH_PY
+)
 
 # An epilogue candidate's heavy op when it is a linear layer: x @ weight.T by the kernel built with B_COL.
 LINEAR_BF16X3_PY = r'''
@@ -358,6 +369,7 @@ def mm_module_py(params: dict[str, Any], summary: str, b_col: bool = False) -> s
         THREADS=threads(params),
         SMEM=smem_bytes(params, b_col),
         B_SHAPE="(N, K) rows" if b_col else "(batch, K, N)",
+        PARTS_LAYOUT="each in its operand's layout",
     )
 
 

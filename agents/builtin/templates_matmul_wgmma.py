@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents.builtin._text import c_params, fill, params_text, transposed, wrap
-from agents.builtin.templates_matmul_bf16x3 import MATMUL_BF16X3_PY, SPLIT_BF16_CU
+from agents.builtin.templates_matmul_bf16x3 import MATMUL_BF16X3_PY, MM_LAUNCH_PY, MM_PARTS_PY, SPLIT_BF16_CU
 
 BM, BK, THREADS = 128, 64, 256
 
@@ -239,9 +239,10 @@ def wgmma_cu(n: int) -> str:
 
 # The GEMM's module-level Python: its CUDA source, three kernels and ``_mm_bf16x3`` with the same contract as
 # templates_matmul_bf16x3's, so a matmul wrapper and a linear epilogue call either alike.
-MM_WGMMA_PY = r'''GEMM_SRC = r"""@GEMM_SRC@"""
+MM_WGMMA_PY = (
+    r'''GEMM_SRC = r"""@GEMM_SRC@"""
 
-_GEMM_BM, _GEMM_BN, _GEMM_BK, _GEMM_SMEM = 128, @BN@, 64, @SMEM@
+_GEMM_BM, _GEMM_BN, _GEMM_BK, _GEMM_THREADS, _GEMM_SMEM = 128, @BN@, 64, 256, @SMEM@
 _B_ROWS_OF_K = @B_COL@  # B comes as (N, K) rows (a linear layer's weight): split in place, not transposed
 _OPTIONS = ("-std=c++17", "-arch=sm_90a")  # wgmma is Hopper's, in its arch-specific target only
 _SPLIT = cupy.RawKernel(GEMM_SRC, "split_bf16", options=_OPTIONS)
@@ -249,23 +250,9 @@ _SPLIT_T = cupy.RawKernel(GEMM_SRC, "split_transpose_bf16", options=_OPTIONS)
 _GEMM = cupy.RawKernel(GEMM_SRC, "matmul_bf16x3_wgmma", options=_OPTIONS)
 _GEMM.max_dynamic_shared_size_bytes = _GEMM_SMEM
 
-
-def _mm_bf16x3(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, batch: int, M: int, N: int, K: int) -> None:
-    """C = A @ B from three bfloat16 products, for contiguous float32 CUDA tensors: A (batch, M, K), B @B_SHAPE@,
-    C (batch, M, N)."""
-    if M % _GEMM_BM or N % _GEMM_BN or K % _GEMM_BK or batch > 65535 or (M // _GEMM_BM) * (N // _GEMM_BN) >= 2**31:
-        raise ValueError(
-            f"this kernel needs M % {_GEMM_BM}, N % {_GEMM_BN}, K % {_GEMM_BK} == 0; got M={M} N={N} K={K}"
-        )
-    if A.data_ptr() % 16 or B.data_ptr() % 16:
-        raise ValueError("this kernel reads A and B in 16-byte pieces: both must start on a 16-byte boundary")
-    na, nb = A.numel(), B.numel()
-    # A's hi and lo parts, then B's as (batch, N, K) rows: bfloat16.
-    parts = torch.empty(2 * (na + nb), device=A.device, dtype=torch.bfloat16)
-    a_hi = parts.data_ptr()
-    a_lo, b_hi = a_hi + 2 * na, a_hi + 4 * na
-    b_lo = b_hi + 2 * nb
-    if K:  # K = 0 leaves nothing to split; the GEMM then writes zeros
+'''
+    + MM_PARTS_PY
+    + r"""    if K:  # K = 0 leaves nothing to split; the GEMM then writes zeros
         nb4 = nb // 4 if _B_ROWS_OF_K else 0  # else the transposing kernel splits B
         n4 = na // 4 + nb4
         split_args = (A.data_ptr(), cupy.int64(na // 4), B.data_ptr(), cupy.int64(nb4), a_hi, a_lo, b_hi, b_lo)
@@ -273,10 +260,9 @@ def _mm_bf16x3(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, batch: int, M:
         if not _B_ROWS_OF_K:
             args = (B.data_ptr(), cupy.int32(K), cupy.int32(N), b_hi, b_lo)
             _run_kernel(_SPLIT_T, A.device, (N // 64, K // 64, batch), (256,), args)
-    grid = ((M // _GEMM_BM) * (N // _GEMM_BN), batch)
-    args = (a_hi, a_lo, b_hi, b_lo, C.data_ptr(), cupy.int32(M), cupy.int32(N), cupy.int32(K))
-    _run_kernel(_GEMM, A.device, grid, (256,), args, shared_mem=_GEMM_SMEM)
-'''
+"""
+    + MM_LAUNCH_PY
+)
 
 
 def smem_bytes(params: dict[str, Any]) -> int:
@@ -309,6 +295,7 @@ def mm_module_py(params: dict[str, Any], summary: str, b_col: bool = False) -> s
         SMEM=smem_bytes(params),
         B_COL=repr(b_col),
         B_SHAPE="(N, K) rows" if b_col else "(batch, K, N)",
+        PARTS_LAYOUT="B's transposed to (batch, N, K) rows unless it comes so",
     )
 
 
