@@ -373,15 +373,22 @@ def mm_module_py(params: dict[str, Any], summary: str, b_col: bool = False) -> s
     )
 
 
-def render_matmul_bf16x3(params: dict[str, Any], summary: str) -> str:
+def render_wrapper(template: str, params: dict[str, Any], summary: str, module_py: str, bm: int, bk: int) -> str:
+    """A bf16x3 matmul candidate (``MATMUL_BF16X3_PY``) around one GEMM's module-level Python, this one's or
+    templates_matmul_wgmma's."""
     return fill(
         MATMUL_BF16X3_PY,
-        TEMPLATE="matmul_cuda_bf16x3",
+        TEMPLATE=template,
         SUMMARY_DOC=wrap(summary),
         PARAMS=params_text(params),
-        MM_BF16X3_PY=mm_module_py(params, summary),
-        BM=params["bm"],
+        MM_BF16X3_PY=module_py,
+        BM=bm,
         BN=params["bn"],
-        BK=params["bk"],
+        BK=bk,
         TRANSPOSED=transposed(params),
     )
+
+
+def render_matmul_bf16x3(params: dict[str, Any], summary: str) -> str:
+    module_py = mm_module_py(params, summary)
+    return render_wrapper("matmul_cuda_bf16x3", params, summary, module_py, params["bm"], params["bk"])

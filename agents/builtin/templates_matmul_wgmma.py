@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.builtin._text import c_params, fill, params_text, transposed, wrap
-from agents.builtin.templates_matmul_bf16x3 import MATMUL_BF16X3_PY, MM_LAUNCH_PY, MM_PARTS_PY, SPLIT_BF16_CU
+from agents.builtin._text import c_params, fill, wrap
+from agents.builtin.templates_matmul_bf16x3 import MM_LAUNCH_PY, MM_PARTS_PY, SPLIT_BF16_CU, render_wrapper
 
 BM, BK, THREADS = 128, 64, 256
 
@@ -300,14 +300,4 @@ def mm_module_py(params: dict[str, Any], summary: str, b_col: bool = False) -> s
 
 
 def render_matmul_wgmma(params: dict[str, Any], summary: str) -> str:
-    return fill(
-        MATMUL_BF16X3_PY,
-        TEMPLATE="matmul_cuda_wgmma",
-        SUMMARY_DOC=wrap(summary),
-        PARAMS=params_text(params),
-        MM_BF16X3_PY=mm_module_py(params, summary),
-        BM=BM,
-        BN=params["bn"],
-        BK=BK,
-        TRANSPOSED=transposed(params),
-    )
+    return render_wrapper("matmul_cuda_wgmma", params, summary, mm_module_py(params, summary), BM, BK)
