@@ -73,6 +73,17 @@ extern "C" __global__ void split_bf16(const float4* __restrict__ a, long long na
 
 """
 
+# A block's tile (row0, col0) in the grouped order of both bf16x3 GEMMs (this one's and templates_matmul_wgmma's):
+# GROUP tile rows at a time, column by column, so that blocks resident together share tiles in L2.
+GROUPED_TILE_CU = r"""    const int tiles_m = M / BM, tiles_n = N / BN;
+    const int id = blockIdx.x;
+    const int per_group = GROUP * tiles_n;
+    const int first_m = (id / per_group) * GROUP;
+    const int group_m = min(tiles_m - first_m, GROUP);
+    const int row0 = (first_m + (id % per_group) % group_m) * BM;
+    const int col0 = ((id % per_group) / group_m) * BN;
+"""
+
 MATMUL_BF16X3_CU = c_params(r"""
 // fp32 C = A @ B as three bf16 tensor-core products of split operands (hi + lo), fp32 accumulation.
 @SUMMARY_C@
@@ -150,14 +161,7 @@ matmul_bf16x3(const bf16_bits* __restrict__ Ah, const bf16_bits* __restrict__ Al
     Bl += b_off;
     C += (size_t)blockIdx.y * M * N;
 
-    const int tiles_m = M / BM, tiles_n = N / BN;
-    const int id = blockIdx.x;
-    const int per_group = GROUP * tiles_n;
-    const int first_m = (id / per_group) * GROUP;
-    const int group_m = min(tiles_m - first_m, GROUP);
-    const int row0 = (first_m + (id % per_group) % group_m) * BM;
-    const int col0 = ((id % per_group) / group_m) * BN;
-
+@GROUPED_TILE@
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int wm = (warp / WARPS_N) * WM, wn = (warp % WARPS_N) * WN;
     const int g = lane / 4, t = lane % 4;
@@ -358,7 +362,13 @@ def valid(params: dict[str, Any], b_col: bool = False) -> bool:
 def mm_module_py(params: dict[str, Any], summary: str, b_col: bool = False) -> str:
     """The GEMM's module-level Python (``MM_BF16X3_PY``) for one point; ``b_col``: B given as (N, K) rows."""
     cu = fill_gemm(
-        MATMUL_BF16X3_CU, params, summary, SPLIT_CU=SPLIT_BF16_CU, MIN_BLOCKS=params["min_blocks"], B_COL=c_bool(b_col)
+        MATMUL_BF16X3_CU,
+        params,
+        summary,
+        SPLIT_CU=SPLIT_BF16_CU,
+        GROUPED_TILE=GROUPED_TILE_CU,
+        MIN_BLOCKS=params["min_blocks"],
+        B_COL=c_bool(b_col),
     )
     return fill(
         MM_BF16X3_PY,

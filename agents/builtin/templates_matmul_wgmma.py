@@ -23,7 +23,13 @@ from __future__ import annotations
 from typing import Any
 
 from agents.builtin._text import c_params, fill, wrap
-from agents.builtin.templates_matmul_bf16x3 import MM_LAUNCH_PY, MM_PARTS_PY, SPLIT_BF16_CU, render_wrapper
+from agents.builtin.templates_matmul_bf16x3 import (
+    GROUPED_TILE_CU,
+    MM_LAUNCH_PY,
+    MM_PARTS_PY,
+    SPLIT_BF16_CU,
+    render_wrapper,
+)
 
 BM, BK, THREADS = 128, 64, 256
 
@@ -127,14 +133,7 @@ matmul_bf16x3_wgmma(const bf16_bits* __restrict__ Ah, const bf16_bits* __restric
     extern __shared__ unsigned char smem_raw[];
     const unsigned smem = (smem_address(smem_raw) + 1023) & ~1023u;  // the swizzle repeats every 1024 bytes
 
-    const int tiles_m = M / BM, tiles_n = N / BN;
-    const int id = blockIdx.x;
-    const int per_group = GROUP * tiles_n;
-    const int first_m = (id / per_group) * GROUP;
-    const int group_m = min(tiles_m - first_m, GROUP);
-    const int row0 = (first_m + (id % per_group) % group_m) * BM;
-    const int col0 = ((id % per_group) / group_m) * BN;
-
+@GROUPED_TILE@
     const int tid = threadIdx.x, warpgroup = tid / 128;
     const int load_row = tid / 8, chunk = tid % 8;
     const unsigned swizzled = load_row * 128 + ((chunk ^ (load_row % 8)) << 4);
@@ -282,6 +281,7 @@ def mm_module_py(params: dict[str, Any], summary: str, b_col: bool = False) -> s
         MATMUL_WGMMA_CU,
         SUMMARY_C=wrap(summary, "// "),
         SPLIT_CU=SPLIT_BF16_CU,
+        GROUPED_TILE=GROUPED_TILE_CU,
         WGMMA_CU=wgmma_cu(params["bn"]),
         BN=params["bn"],
         STAGES=params["stages"],
