@@ -257,7 +257,7 @@ def _matmul_wgmma_text(p: Params) -> str:
         "a bfloat16 remainder, three wgmma products a K step read straight from 128-byte-swizzled shared memory, "
         f"fp32 accumulation: ~2^-16 relative error, for the relaxed tolerance policy), 128x{p['bn']} block tile of "
         f"two warpgroups, BK=64, {p['stages']}-stage cp.async pipeline"
-        + (", a K step's wgmma still running while the next buffer is refilled" if p["inflight"] else "")
+        + (", a K step's wgmma still running while the last step's buffer is refilled" if p["inflight"] else "")
         + (f", block rows grouped by {p['group']}" if p["group"] != 8 else "")
     )
 

@@ -125,16 +125,18 @@ def _epilogue_wgmma_text(p: Params) -> str:
     )
 
 
-def _linear_fits_wgmma(s: Shape) -> bool:
-    """A linear layer (x @ weight.T) whose M, N and K the wgmma GEMM's 128 x 128 x 64 tiles divide."""
+def _linear_fits(s: Shape, k_step: int) -> bool:
+    """A linear layer (x @ weight.T) whose M, N and K a bf16x3 GEMM's 128 x 128 x ``k_step`` tiles divide."""
     heavy = (load(s.spec) if s.spec else {}).get("heavy") or {}
-    return heavy.get("op") == "linear" and s.m % 128 == 0 and s.n % 128 == 0 and s.k % 64 == 0
+    return heavy.get("op") == "linear" and s.m % 128 == 0 and s.n % 128 == 0 and s.k % k_step == 0
 
 
 def _linear_fits_gemm(s: Shape) -> bool:
-    """A linear layer (x @ weight.T) whose M, N and K the bf16x3 GEMM's 128 x 128 x 32 tiles divide."""
-    heavy = (load(s.spec) if s.spec else {}).get("heavy") or {}
-    return heavy.get("op") == "linear" and s.m % 128 == 0 and s.n % 128 == 0 and s.k % 32 == 0
+    return _linear_fits(s, 32)  # mma.sync's K steps
+
+
+def _linear_fits_wgmma(s: Shape) -> bool:
+    return _linear_fits(s, 64)  # wgmma's: 128-byte rows of bfloat16
 
 
 def _elementwise_cuda_text(p: Params) -> str:
