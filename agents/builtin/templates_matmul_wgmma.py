@@ -31,6 +31,7 @@ from agents.builtin.templates_matmul_bf16x3 import (
     render_wrapper,
 )
 
+# The kernel's fixed shape (its #defines, the swizzle and the two warpgroups), for the wrapper's checks and launch.
 BM, BK, THREADS = 128, 64, 256
 
 MATMUL_WGMMA_CU = c_params(r"""
@@ -241,7 +242,7 @@ def wgmma_cu(n: int) -> str:
 MM_WGMMA_PY = (
     r'''GEMM_SRC = r"""@GEMM_SRC@"""
 
-_GEMM_BM, _GEMM_BN, _GEMM_BK, _GEMM_THREADS, _GEMM_SMEM = 128, @BN@, 64, 256, @SMEM@
+_GEMM_BM, _GEMM_BN, _GEMM_BK, _GEMM_THREADS, _GEMM_SMEM = @BM@, @BN@, @BK@, @THREADS@, @SMEM@
 _B_ROWS_OF_K = @B_COL@  # B comes as (N, K) rows (a linear layer's weight): split in place, not transposed
 _OPTIONS = ("-std=c++17", "-arch=sm_90a")  # wgmma is Hopper's, in its arch-specific target only
 _SPLIT = cupy.RawKernel(GEMM_SRC, "split_bf16", options=_OPTIONS)
@@ -291,7 +292,10 @@ def mm_module_py(params: dict[str, Any], summary: str, b_col: bool = False) -> s
     return fill(
         MM_WGMMA_PY,
         GEMM_SRC=cu,
+        BM=BM,
         BN=params["bn"],
+        BK=BK,
+        THREADS=THREADS,
         SMEM=smem_bytes(params),
         B_COL=repr(b_col),
         B_SHAPE="(N, K) rows" if b_col else "(batch, K, N)",
