@@ -470,7 +470,7 @@ def test_relaxed_matmul_seeds_keep_well_inside_the_tolerance_on_the_gpu() -> Non
     allows at any output, against a float64 product (mma.sync's measured a fifth to a ninth, bench/RESULTS.md;
     plain TF32 uses seven times it)."""
     problem = load_problem(PROBLEMS / "matmul_4096.py")
-    ideas = builtin.propose(problem.info, "cuda", 3, [], None)
+    ideas = builtin.propose(problem.info, "cuda", 4, [], None)
     ideas = [i for i in ideas if i.template in ("matmul_cuda_bf16x3", "matmul_cuda_wgmma")]
     assert {i.template for i in ideas} == {"matmul_cuda_bf16x3", "matmul_cuda_wgmma"}
     A, B = make_inputs(problem.module.get_inputs, "cuda", seed=1)
@@ -495,6 +495,13 @@ def test_cuda_matmuls_of_transposed_n_d_einsum_and_bmm_inputs_are_correct(
     for name in ("both", "three_d", "einsum", "bmm"):
         problem = load_problem(tmp_path / f"{name}.py")
         shape = builtin.analyse(problem.info)
-        for template in ("matmul_cuda_tiled", "matmul_cuda_simt", "matmul_cuda_mma", "matmul_cuda_wgmma"):
+        for template, params in (
+            ("matmul_cuda_tiled", {}),
+            ("matmul_cuda_simt", {}),
+            ("matmul_cuda_mma", {}),
+            ("matmul_cuda_wgmma", {}),
+            ("matmul_cuda_wgmma", {"fused": True}),  # B's (K, N) rows transposed on their way to shared memory
+        ):
             t = TEMPLATES[template]
-            assert_correct(problem, template, t.normalise({**t.defaults(), **shape.extras()}), "cuda", sandbox)
+            point = t.normalise({**t.defaults(), **params, **shape.extras()})
+            assert_correct(problem, template, point, "cuda", sandbox)

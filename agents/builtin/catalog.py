@@ -256,7 +256,13 @@ def _matmul_wgmma_text(p: Params) -> str:
         "bf16x3 on Hopper's warpgroup tensor-core instructions (each fp32 operand split once into a bfloat16 part and "
         "a bfloat16 remainder, three wgmma products a K step read straight from 128-byte-swizzled shared memory, "
         f"fp32 accumulation: ~2^-16 relative error, for the relaxed tolerance policy), 128x{p['bn']} block tile of "
-        f"two warpgroups, BK=64, {p['stages']}-stage cp.async pipeline"
+        f"two warpgroups, BK=64, {p['stages']}-stage pipeline"
+        + (
+            ", the split fused into the GEMM (each K step's fp32 tiles loaded to registers while the previous step "
+            "multiplies, split and stored to shared memory: no pass over the operands before it)"
+            if p["fused"]
+            else " by cp.async from a split pass"
+        )
         + (", a K step's wgmma still running while the last step's buffer is refilled" if p["inflight"] else "")
         + (f", block rows grouped by {p['group']}" if p["group"] != 8 else "")
     )
@@ -589,10 +595,12 @@ TEMPLATES: dict[str, Template] = {
                 Param("stages", (2, 3), 3),
                 Param("inflight", (False, True), False),
                 Param("group", (8, 16), 8),
+                Param("fused", (False, True), False),
             ),
             templates_matmul_wgmma.render_matmul_wgmma,
             _matmul_wgmma_text,
             valid=templates_matmul_wgmma.valid,
+            irrelevant=lambda p: ("inflight",) if p["fused"] else (),  # the fused loop keeps a group in flight
             extras=("spec",),  # which operands the problem transposes
             runs_on=lambda p, s: s.m % 128 == 0 and s.n % p["bn"] == 0 and s.k % 64 == 0,
             policies=("relaxed",),

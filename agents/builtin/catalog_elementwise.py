@@ -120,7 +120,9 @@ def _epilogue_wgmma_text(p: Params) -> str:
     where = "in place on its output" if p["inplace"] else "into a new buffer"
     bias = "; the bias added in the tail" if _has_bias(p) else ""
     return (
-        f"linear by our bf16x3 wgmma GEMM (128x{p['bn']} blocks of two warpgroups, {p['stages']}-stage pipeline), "
+        f"linear by our bf16x3 wgmma GEMM (128x{p['bn']} blocks of two warpgroups, {p['stages']}-stage pipeline"
+        + (", the split fused into it" if p["fused"] else "")
+        + "), "
         f"then the tail {_expr(p)} as one kernel {where}{bias}: {_cuda_text(p)}"
     )
 
@@ -205,6 +207,7 @@ _GEMM_PARAMS = (
 _WGMMA_PARAMS = (
     Param("bn", (128, 256), 128),
     Param("stages", (2, 3), 3),
+    Param("fused", (False, True), False),
 )
 
 TEMPLATES: tuple[Template, ...] = (
@@ -311,6 +314,7 @@ def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
                 out = [own[0], out[0], own[1], *out[1:]]
                 if _linear_fits_wgmma(shape):
                     out[:0] = [
+                        ("epilogue_cuda_wgmma", {"fused": True, "stages": 2, "block": 256, "items": 2}),
                         ("epilogue_cuda_wgmma", {"bn": 256, "stages": 2, "block": 256, "items": 2}),
                         ("epilogue_cuda_wgmma", {"block": 256, "items": 2}),
                     ]

@@ -256,7 +256,7 @@ def render_epilogue_cuda_bf16x3(params: Params, summary: str) -> str:
 
 def wgmma_point(params: Params) -> Params:
     """An ``epilogue_cuda_wgmma`` point's GEMM, as a ``matmul_cuda_wgmma`` point."""
-    return {"bn": params["bn"], "stages": params["stages"], "inflight": False, "group": 8}
+    return {"bn": params["bn"], "stages": params["stages"], "inflight": False, "group": 8, "fused": params["fused"]}
 
 
 def render_epilogue_cuda_wgmma(params: Params, summary: str) -> str:

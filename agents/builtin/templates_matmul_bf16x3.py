@@ -32,9 +32,10 @@ from agents.builtin._text import c_bool, c_params, fill, params_text, transposed
 from agents.builtin.candidate_python import MATMUL_OPERANDS_PY
 from agents.builtin.templates_cuda_mma import WARP_TILES, fill_gemm, threads
 
-# The split of fp32 operands into bfloat16 hi and lo parts, and the one-pass kernel that writes them for A and B in
-# their own layouts: the same in this GEMM and in templates_matmul_wgmma's.
-SPLIT_BF16_CU = r"""typedef unsigned short bf16_bits;  // a bfloat16's bits: kernels only move them and hand them to mma
+# The split of fp32 operands into bfloat16 hi and lo parts (also done inside templates_matmul_wgmma's fused GEMM),
+# and the one-pass kernel that writes them for A and B in their own layouts: the same in this GEMM and in
+# templates_matmul_wgmma's.
+SPLIT_FN_CU = r"""typedef unsigned short bf16_bits;  // a bfloat16's bits: kernels only move them and hand them to mma
 
 // Two floats rounded to nearest bfloat16, packed: the first in the low half (lower address), as arrays hold them.
 __device__ __forceinline__ unsigned bf16x2(float first, float second)
@@ -52,7 +53,10 @@ __device__ __forceinline__ void split2(float x0, float x1, unsigned& hi, unsigne
     hi = bf16x2(x0, x1);
     lo = bf16x2(remainder_of(x0, __uint_as_float(hi << 16)), remainder_of(x1, __uint_as_float(hi & 0xffff0000u)));
 }
-
+"""
+SPLIT_BF16_CU = (
+    SPLIT_FN_CU
+    + r"""
 // The hi and lo parts of A's na4 and B's nb4 float4s, one pass over both.
 extern "C" __global__ void split_bf16(const float4* __restrict__ a, long long na4, const float4* __restrict__ b,
                                       long long nb4, uint2* __restrict__ a_hi, uint2* __restrict__ a_lo,
@@ -72,6 +76,7 @@ extern "C" __global__ void split_bf16(const float4* __restrict__ a, long long na
 }
 
 """
+)
 
 # A block's tile (row0, col0) in the grouped order of both bf16x3 GEMMs (this one's and templates_matmul_wgmma's):
 # GROUP tile rows at a time, column by column, so that blocks resident together share tiles in L2.
@@ -238,9 +243,9 @@ matmul_bf16x3(const bf16_bits* __restrict__ Ah, const bf16_bits* __restrict__ Al
 """)
 
 # The start and the end of ``_mm_bf16x3``, alike in this GEMM's module and in templates_matmul_wgmma's: its
-# contract, the size and alignment checks and one bfloat16 buffer for both operands' parts; then, after each one's
-# split, the GEMM's launch (each module defines the _GEMM_* constants).
-MM_PARTS_PY = r'''
+# contract and the size and alignment checks (all a GEMM that splits its own tiles needs), one bfloat16 buffer for
+# both operands' parts; then, after each one's split, the GEMM's launch (each module defines the _GEMM_* constants).
+MM_CHECKS_PY = r'''
 def _mm_bf16x3(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, batch: int, M: int, N: int, K: int) -> None:
     """C = A @ B from three bfloat16 products, for contiguous float32 CUDA tensors: A (batch, M, K), B @B_SHAPE@,
     C (batch, M, N)."""
@@ -250,13 +255,17 @@ def _mm_bf16x3(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, batch: int, M:
         )
     if A.data_ptr() % 16 or B.data_ptr() % 16:
         raise ValueError("this kernel reads A and B in 16-byte pieces: both must start on a 16-byte boundary")
-    na, nb = A.numel(), B.numel()
+'''
+MM_PARTS_PY = (
+    MM_CHECKS_PY
+    + r"""    na, nb = A.numel(), B.numel()
     # A's hi and lo parts, then B's: bfloat16, @PARTS_LAYOUT@.
     parts = torch.empty(2 * (na + nb), device=A.device, dtype=torch.bfloat16)
     a_hi = parts.data_ptr()
     a_lo, b_hi = a_hi + 2 * na, a_hi + 4 * na
     b_lo = b_hi + 2 * nb
-'''
+"""
+)
 MM_LAUNCH_PY = r"""    grid = ((M // _GEMM_BM) * (N // _GEMM_BN), batch)
     args = (a_hi, a_lo, b_hi, b_lo, C.data_ptr(), cupy.int32(M), cupy.int32(N), cupy.int32(K))
     _run_kernel(_GEMM, A.device, grid, (_GEMM_THREADS,), args, shared_mem=_GEMM_SMEM)
