@@ -267,32 +267,30 @@ __device__ __forceinline__ void split_chunk(unsigned hi_tile, unsigned lo_tile, 
                  : "memory");
 }
 
-__device__ __forceinline__ void split_float4s(unsigned hi_tile, unsigned lo_tile, int r, int c, float4 u, float4 v)
+// A unit of load_rows, split into its hi and lo tiles.
+__device__ __forceinline__ void split_rows(unsigned hi_tile, unsigned lo_tile, const float4* v, int u)
 {
-    split_chunk(hi_tile, lo_tile, r, c, u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w);
+    split_chunk(hi_tile, lo_tile, u / 8, u % 8, v[0].x, v[0].y, v[0].z, v[0].w, v[1].x, v[1].y, v[1].z, v[1].w);
 }
 
-// Rows of K (A's; B's with B_COL): unit t + 256 j of a thread is chunk (t + 256 j) % 8 (k 8 c .. 8 c + 7) of row
-// (t + 256 j) / 8, so a warp covers four whole rows. B's (K, N) rows otherwise: unit u is the same 8 k of columns
-// 4 (u / 8) .. + 3, a float4 from each of 8 rows, stored as four chunks of B's (N, K) tile; a warp's stores then fill
-// four rows of that tile, 128 bytes each, as A's do.
+// Rows of K (A's; B's with B_COL): unit u = t + 256 j of thread t is chunk u % 8 (k 8 c .. 8 c + 7) of row u / 8,
+// so a warp covers four whole rows. B's (K, N) rows otherwise: unit u is the same 8 k of columns 4 (u / 8) .. + 3,
+// a float4 from each of 8 rows, stored as four chunks of B's (N, K) tile; a warp's stores then fill four rows of
+// that tile, 128 bytes each, as A's do.
+__device__ __forceinline__ void load_rows(float4* v, const float* rows, int K, int k0, int u)
+{
+    const float* p = rows + (size_t)(u / 8) * K + k0 + (u % 8) * 8;
+    v[0] = load4(p);
+    v[1] = load4(p + 4);
+}
+
 __device__ __forceinline__ void load_step(Staged& s, const float* A, const float* B, int K, int N, int k0, int tid)
 {
 #pragma unroll
-    for (int j = 0; j < A_CHUNKS; ++j) {
-        const int u = tid + 256 * j;
-        const float* p = A + (size_t)(u / 8) * K + k0 + (u % 8) * 8;
-        s.a[2 * j] = load4(p);
-        s.a[2 * j + 1] = load4(p + 4);
-    }
+    for (int j = 0; j < A_CHUNKS; ++j) load_rows(s.a + 2 * j, A, K, k0, tid + 256 * j);
 #if B_COL
 #pragma unroll
-    for (int j = 0; j < B_LOADS / 2; ++j) {
-        const int u = tid + 256 * j;
-        const float* p = B + (size_t)(u / 8) * K + k0 + (u % 8) * 8;
-        s.b[2 * j] = load4(p);
-        s.b[2 * j + 1] = load4(p + 4);
-    }
+    for (int j = 0; j < B_LOADS / 2; ++j) load_rows(s.b + 2 * j, B, K, k0, tid + 256 * j);
 #else
 #pragma unroll
     for (int j = 0; j < B_LOADS / 8; ++j) {
@@ -307,17 +305,11 @@ __device__ __forceinline__ void load_step(Staged& s, const float* A, const float
 __device__ __forceinline__ void store_step(const Staged& s, unsigned stage, int tid)
 {
 #pragma unroll
-    for (int j = 0; j < A_CHUNKS; ++j) {
-        const int u = tid + 256 * j;
-        split_float4s(stage, stage + A_TILE, u / 8, u % 8, s.a[2 * j], s.a[2 * j + 1]);
-    }
+    for (int j = 0; j < A_CHUNKS; ++j) split_rows(stage, stage + A_TILE, s.a + 2 * j, tid + 256 * j);
     const unsigned b_hi = stage + 2 * A_TILE, b_lo = b_hi + B_TILE;
 #if B_COL
 #pragma unroll
-    for (int j = 0; j < B_LOADS / 2; ++j) {
-        const int u = tid + 256 * j;
-        split_float4s(b_hi, b_lo, u / 8, u % 8, s.b[2 * j], s.b[2 * j + 1]);
-    }
+    for (int j = 0; j < B_LOADS / 2; ++j) split_rows(b_hi, b_lo, s.b + 2 * j, tid + 256 * j);
 #else
 #pragma unroll
     for (int j = 0; j < B_LOADS / 8; ++j) {
