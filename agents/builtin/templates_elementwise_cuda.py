@@ -14,6 +14,7 @@ from typing import Any
 from agents.builtin import templates_matmul_wgmma
 from agents.builtin._text import c_bool, c_params, fill, wrap
 from agents.builtin.templates_elementwise_expression import Expression, long_chain
+from agents.builtin.templates_elementwise_gemm_tail import render_gemm_tail
 from agents.builtin.templates_elementwise_math import COMMON, CUDA_MATH
 from agents.builtin.templates_elementwise_python import Params, candidate_fields, prepare, py_tuple
 from agents.builtin.templates_matmul_bf16x3 import LINEAR_BF16X3_PY, mm_module_py
@@ -260,5 +261,7 @@ def wgmma_point(params: Params) -> Params:
 
 
 def render_epilogue_cuda_wgmma(params: Params, summary: str) -> str:
+    if params["tail"] == "gemm":
+        return render_gemm_tail(params, summary, wgmma_point(params))
     heavy = templates_matmul_wgmma.mm_module_py(wgmma_point(params), summary, b_col=True) + LINEAR_BF16X3_PY
     return render_cuda(params, summary, "epilogue_cuda_wgmma", epilogue=True, heavy_py=heavy)

@@ -78,21 +78,37 @@ class Forward:
             return attr(leaf["key"])
         return "h"
 
-    def lines(self, params: Params, epilogue: bool, own_gemm: bool = False) -> tuple[list[str], list[str], list[str]]:
-        """The lines up to the kernel call; the full operands' pointers; the broadcast ones' (ptr, inner, size).
-        ``own_gemm``: the heavy op (a linear layer) by the candidate's ``_linear_bf16x3``, not the library."""
-        e = self.expr
+    def checks(self) -> list[str]:
+        """The forward's first lines: each argument a number or a float32 tensor on the candidate's device."""
         lines: list[str] = []
-        numbers = self.numbers
-        for k in sorted(numbers):
+        for k in sorted(self.numbers):
             lines += [f"if isinstance(x{k}, bool) or not isinstance(x{k}, int | float):"]
             lines += [f'    raise TypeError(f"x{k} must be a number, got {{type(x{k}).__name__}}")']
         for k in range(self.n_in):
-            if k in numbers:
+            if k in self.numbers:
                 continue
             place = "not x{k}.is_cuda" if self.device == "cuda" else "not x{k}.is_cpu"
             what = f"x{k} must be a float32 {self.device.upper()} tensor, got {{x{k}.dtype}} on {{x{k}.device}}"
             lines += [f"if x{k}.dtype != _F32 or {place.format(k=k)}:", f'    raise TypeError(f"{what}")']
+        return lines
+
+    def band_operand(self, k: int, device: str) -> str:
+        """``w{k} = ...``: broadcast operand k as a contiguous tensor (a number argument as a 0-d one on ``device``)."""
+        leaf = self.expr.leaves[self.expr.bands[k]]
+        if leaf["kind"] == "input" and leaf["key"] in self.numbers:  # one float the kernel reads for every element
+            return f"w{k} = torch.full((), float(x{leaf['key']}), dtype=_F32, device={device})"
+        unsqueeze = "".join(f".unsqueeze({d})" for d in leaf.get("unsqueeze", []))  # a[:, None]
+        return f"w{k} = {self.operand(leaf)}.contiguous(){unsqueeze}"
+
+    def band_shape(self, k: int) -> str:
+        """Broadcast operand k's shape: a parameter's as the reference used it is fixed; an input's is what it is."""
+        return f"tuple(w{k}.shape)" if self.expr.leaves[self.expr.bands[k]]["kind"] == "input" else f"_BANDS[{k}]"
+
+    def lines(self, params: Params, epilogue: bool, own_gemm: bool = False) -> tuple[list[str], list[str], list[str]]:
+        """The lines up to the kernel call; the full operands' pointers; the broadcast ones' (ptr, inner, size).
+        ``own_gemm``: the heavy op (a linear layer) by the candidate's ``_linear_bf16x3``, not the library."""
+        e = self.expr
+        lines = self.checks()
         if epilogue:
             if own_gemm:
                 h = self.spec["heavy"]
@@ -114,15 +130,8 @@ class Forward:
                 lines.append(f"{name} = {name}.contiguous()")
             full_ptrs.append(f"{name}.data_ptr()")
         for k, j in enumerate(e.bands):
-            leaf = e.leaves[j]
-            if leaf["kind"] == "input" and leaf["key"] in numbers:  # one float the kernel reads for every element
-                lines.append(f"w{k} = torch.full((), float(x{leaf['key']}), dtype=_F32, device=out.device)")
-            else:
-                unsqueeze = "".join(f".unsqueeze({d})" for d in leaf.get("unsqueeze", []))  # a[:, None]
-                lines.append(f"w{k} = {self.operand(leaf)}.contiguous(){unsqueeze}")
-            # A parameter's shape as the reference used it is fixed; a broadcast input's is what it is now.
-            shape = f"tuple(w{k}.shape)" if leaf["kind"] == "input" else f"_BANDS[{k}]"
-            lines.append(f"size{k}, inner{k} = _band({shape}, tuple(out.shape))")
+            lines.append(self.band_operand(k, "out.device"))
+            lines.append(f"size{k}, inner{k} = _band({self.band_shape(k)}, tuple(out.shape))")
             if self.device == "cpu" and self.lastdim(j):  # the C code reads it as a contiguous slice
                 lines.append(f"if inner{k} != 1:")
                 lines.append(f'    raise ValueError("operand {k} no longer runs along the last dim")')
@@ -163,7 +172,7 @@ def heavy_call(spec: dict[str, Any], bias_in_library: bool) -> str:
 def doc_expr(spec: dict[str, Any], params: Params) -> str:
     text = expression_text(spec, limit=400)
     if spec["heavy"] and spec["heavy"].get("bias"):
-        where = "in the library call" if params.get("bias", "tail") == "library" else "added in the tail kernel"
+        where = "in the library call" if params.get("bias", "tail") == "library" else "added in the tail"
         text += f"  (the heavy op's bias {spec['heavy']['bias']}: {where})"
     return wrap(text)
 

@@ -246,9 +246,13 @@ matmul_bf16x3(const bf16_bits* __restrict__ Ah, const bf16_bits* __restrict__ Al
 # contract and the size and alignment checks (all a GEMM that splits its own tiles needs), one bfloat16 buffer for
 # both operands' parts; then, after each one's split, the GEMM's launch (each module defines the _GEMM_* constants).
 MM_CHECKS_PY = r'''
-def _mm_bf16x3(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, batch: int, M: int, N: int, K: int) -> None:
+def _mm_bf16x3(
+    A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, batch: int, M: int, N: int, K: int, *tail: int
+) -> None:
     """C = A @ B from three bfloat16 products, for contiguous float32 CUDA tensors: A (batch, M, K), B @B_SHAPE@,
-    C (batch, M, N)."""
+    C (batch, M, N). ``tail``: the pointers of the pointwise tail's operands, for a GEMM built to apply one to C."""
+    if len(tail) != _TAIL_OPERANDS:
+        raise ValueError(f"this GEMM takes {_TAIL_OPERANDS} tail operand(s), got {len(tail)}")
     if M % _GEMM_BM or N % _GEMM_BN or K % _GEMM_BK or batch > 65535 or (M // _GEMM_BM) * (N // _GEMM_BN) >= 2**31:
         raise ValueError(
             f"this kernel needs M % {_GEMM_BM}, N % {_GEMM_BN}, K % {_GEMM_BK} == 0; got M={M} N={N} K={K}"
@@ -267,7 +271,7 @@ MM_PARTS_PY = (
 """
 )
 MM_LAUNCH_PY = r"""    grid = ((M // _GEMM_BM) * (N // _GEMM_BN), batch)
-    args = (a_hi, a_lo, b_hi, b_lo, C.data_ptr(), cupy.int32(M), cupy.int32(N), cupy.int32(K))
+    args = (a_hi, a_lo, b_hi, b_lo, C.data_ptr(), cupy.int32(M), cupy.int32(N), cupy.int32(K), *tail)
     _run_kernel(_GEMM, A.device, grid, (_GEMM_THREADS,), args, shared_mem=_GEMM_SMEM)
 """
 
@@ -277,6 +281,7 @@ MM_BF16X3_PY = (
     r'''GEMM_SRC = r"""@GEMM_SRC@"""
 
 _GEMM_BM, _GEMM_BN, _GEMM_BK, _GEMM_THREADS, _GEMM_SMEM = @BM@, @BN@, @BK@, @THREADS@, @SMEM@
+_TAIL_OPERANDS = 0  # this GEMM stores C as computed
 _SPLIT = cupy.RawKernel(GEMM_SRC, "split_bf16", options=("-std=c++17",))
 _GEMM = cupy.RawKernel(GEMM_SRC, "matmul_bf16x3", options=("-std=c++17",))
 _GEMM.max_dynamic_shared_size_bytes = _GEMM_SMEM
@@ -294,15 +299,16 @@ _GEMM.max_dynamic_shared_size_bytes = _GEMM_SMEM
 # An epilogue candidate's heavy op when it is a linear layer: x @ weight.T by the kernel built with B_COL.
 LINEAR_BF16X3_PY = r'''
 
-def _linear_bf16x3(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x @ weight.T for a float32 x (..., K) and a linear layer's weight (N, K), by _mm_bf16x3."""
+def _linear_bf16x3(x: torch.Tensor, weight: torch.Tensor, *tail: int) -> torch.Tensor:
+    """x @ weight.T for a float32 x (..., K) and a linear layer's weight (N, K), by _mm_bf16x3 (``tail``: its
+    tail operands' pointers, for a GEMM that applies the pointwise tail)."""
     N, K = weight.shape
     if x.shape[-1] != K:
         raise ValueError(f"cannot multiply {tuple(x.shape)} by a ({N}, {K}) weight's transpose")
     x, weight = x.contiguous(), weight.detach().contiguous()
     out = torch.empty((*x.shape[:-1], N), device=x.device, dtype=torch.float32)
     if out.numel():
-        _mm_bf16x3(x, weight, out, 1, x.numel() // K, N, K)
+        _mm_bf16x3(x, weight, out, 1, x.numel() // K, N, K, *tail)
     return out
 '''
 

@@ -17,13 +17,16 @@ blocks, 2 stages), 4.0x cuBLAS fp32 with the split, where the mma.sync kernel ra
   ``cp.async`` (or the fused split) stores with the 128-byte swizzle the shared-memory descriptors name (16-byte
   chunk c of row r at ``r * 128 + (c ^ r % 8) * 16``, every tile 1024-byte aligned), through STAGES buffers;
 - each K step issues 12 wgmma (three products x four k16 slices) into one set of BN / 2 accumulators a thread;
-  with INFLIGHT the step's group is left running while the barrier for the next refill is passed.
+  with INFLIGHT the step's group is left running while the barrier for the next refill is passed;
+- the store passes each value of C through ``tail_apply``: empty here, a linear epilogue's pointwise tail when
+  ``templates_elementwise_gemm_tail`` builds the GEMM with one (``GemmTail``).
 
 It computes in bfloat16, which the static checks report (``.bf16`` in inline PTX); relaxed policy only.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from agents.builtin._text import c_bool, c_params, fill, wrap
@@ -94,17 +97,22 @@ __device__ __forceinline__ void multiply_step(float (&acc)[NACC], unsigned stage
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
 
-// A warpgroup's finished accumulators into C (c: its first row, the block's first column). Warp w, lane l hold, for
-// q < BN / 8, rows 16 w + l / 4 (acc[4q], acc[4q + 1]) and 8 further (acc[4q + 2], acc[4q + 3]), columns
-// 8 q + 2 (l % 4) and the next.
-__device__ __forceinline__ void store_tile(const float (&acc)[NACC], float* c, int N, int tid)
+@TAIL_CU@
+
+// A warpgroup's finished accumulators into C (c: its first row, the block's first column col0), each value through
+// the tail first. Warp w, lane l hold, for q < BN / 8, rows 16 w + l / 4 (acc[4q], acc[4q + 1]) and 8 further
+// (acc[4q + 2], acc[4q + 3]), columns 8 q + 2 (l % 4) and the next.
+__device__ __forceinline__ void store_tile(const float (&acc)[NACC], float* c, int N, int col0, int tid,
+                                           const Tail& tail)
 {
     const int warp = tid / 32 % 4, lane = tid % 32;
     c += (size_t)(warp * 16 + lane / 4) * N + 2 * (lane % 4);
 #pragma unroll
     for (int q = 0; q < BN / 8; ++q) {
-        *reinterpret_cast<float2*>(c + 8 * q) = make_float2(acc[4 * q], acc[4 * q + 1]);
-        *reinterpret_cast<float2*>(c + (size_t)8 * N + 8 * q) = make_float2(acc[4 * q + 2], acc[4 * q + 3]);
+        float x0 = acc[4 * q], x1 = acc[4 * q + 1], y0 = acc[4 * q + 2], y1 = acc[4 * q + 3];
+        tail_apply(tail, x0, x1, y0, y1, col0 + 8 * q + 2 * (lane % 4));
+        *reinterpret_cast<float2*>(c + 8 * q) = make_float2(x0, x1);
+        *reinterpret_cast<float2*>(c + (size_t)8 * N + 8 * q) = make_float2(y0, y1);
     }
 }
 @GEMM_CU@""")
@@ -176,7 +184,7 @@ __device__ __forceinline__ void load_stage(unsigned stage, const bf16_bits* a_hi
 extern "C" __global__ void __launch_bounds__(256, 1)
 matmul_bf16x3_wgmma(const bf16_bits* __restrict__ Ah, const bf16_bits* __restrict__ Al,
                     const bf16_bits* __restrict__ Bh, const bf16_bits* __restrict__ Bl, float* __restrict__ C, int M,
-                    int N, int K)
+                    int N, int K@TAIL_PARAMS@)
 {
     extern __shared__ unsigned char smem_raw[];
     const unsigned smem = (smem_address(smem_raw) + 1023) & ~1023u;  // the swizzle repeats every 1024 bytes
@@ -228,7 +236,8 @@ matmul_bf16x3_wgmma(const bf16_bits* __restrict__ Ah, const bf16_bits* __restric
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
     accumulators_ready(acc);
-    store_tile(acc, C + (size_t)blockIdx.y * M * N + (size_t)(row0 + warpgroup * 64) * N + col0, N, tid);
+    const Tail tail{@TAIL_INIT@};
+    store_tile(acc, C + (size_t)blockIdx.y * M * N + (size_t)(row0 + warpgroup * 64) * N + col0, N, col0, tid, tail);
 }
 """)
 
@@ -326,7 +335,7 @@ __device__ __forceinline__ void store_step(const Staged& s, unsigned stage, int 
 // A (batch, M, K) rows; B (batch, K, N) rows, or (N, K) rows with B_COL; C (batch, M, N).
 extern "C" __global__ void __launch_bounds__(256, 1)
 matmul_bf16x3_wgmma_fused(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C, int M,
-                          int N, int K)
+                          int N, int K@TAIL_PARAMS@)
 {
     extern __shared__ unsigned char smem_raw[];
     const unsigned smem = (smem_address(smem_raw) + 1023) & ~1023u;  // the swizzle repeats every 1024 bytes
@@ -370,9 +379,31 @@ matmul_bf16x3_wgmma_fused(const float* __restrict__ A, const float* __restrict__
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
     accumulators_ready(acc);
-    store_tile(acc, C + (size_t)blockIdx.y * M * N + (size_t)(row0 + warpgroup * 64) * N + col0, N, tid);
+    const Tail tail{@TAIL_INIT@};
+    store_tile(acc, C + (size_t)blockIdx.y * M * N + (size_t)(row0 + warpgroup * 64) * N + col0, N, col0, tid, tail);
 }
 """)
+
+
+@dataclass(frozen=True)
+class GemmTail:
+    """A pointwise tail the GEMM applies to each value of C before storing it (``templates_elementwise_gemm_tail``
+    builds one from a problem's expression)."""
+
+    cu: str  # CUDA defining ``struct Tail`` and ``tail_apply(tail, x0, x1, y0, y1, col)``
+    params: str  # the kernels' extra parameters, each after a comma: ", const float* w0"
+    init: str  # the ``Tail``'s initialiser from those parameters: "w0"
+    operands: int  # how many pointers ``_mm_bf16x3`` passes on to them
+
+
+NO_TAIL = GemmTail(
+    cu="""// No pointwise tail: C is stored as computed.
+struct Tail {};
+__device__ __forceinline__ void tail_apply(const Tail&, float&, float&, float&, float&, int) {}""",
+    params="",
+    init="",
+    operands=0,
+)
 
 
 def wgmma_cu(n: int) -> str:
@@ -409,6 +440,7 @@ def wgmma_cu(n: int) -> str:
 _GEMM_HEAD_PY = r'''GEMM_SRC = r"""@GEMM_SRC@"""
 
 _GEMM_BM, _GEMM_BN, _GEMM_BK, _GEMM_THREADS, _GEMM_SMEM = @BM@, @BN@, @BK@, @THREADS@, @SMEM@
+_TAIL_OPERANDS = @TAIL_OPERANDS@  # pointers of the pointwise tail's operands the GEMM takes (0: C stored as computed)
 _OPTIONS = ("-std=c++17", "-arch=sm_90a")  # wgmma is Hopper's, in its arch-specific target only
 '''
 MM_WGMMA_PY = (
@@ -440,7 +472,7 @@ _GEMM.max_dynamic_shared_size_bytes = _GEMM_SMEM
 """
     + MM_CHECKS_PY
     + r"""    grid = ((M // _GEMM_BM) * (N // _GEMM_BN), batch)
-    args = (A.data_ptr(), B.data_ptr(), C.data_ptr(), cupy.int32(M), cupy.int32(N), cupy.int32(K))
+    args = (A.data_ptr(), B.data_ptr(), C.data_ptr(), cupy.int32(M), cupy.int32(N), cupy.int32(K), *tail)
     _run_kernel(_GEMM, A.device, grid, (_GEMM_THREADS,), args, shared_mem=_GEMM_SMEM)
 """
 )
@@ -457,19 +489,21 @@ def valid(params: dict[str, Any]) -> bool:
     return smem_bytes(params) <= 227 * 1024
 
 
-def mm_module_py(params: dict[str, Any], summary: str, b_col: bool = False) -> str:
+def mm_module_py(params: dict[str, Any], summary: str, b_col: bool = False, tail: GemmTail = NO_TAIL) -> str:
     """The GEMM's module-level Python (``MM_WGMMA_PY``, or ``MM_WGMMA_FUSED_PY``) for one point; ``b_col``: B
-    given as (N, K) rows."""
+    given as (N, K) rows; ``tail``: what the GEMM applies to C before storing it."""
     fused = params["fused"]
+    kernel = {"GROUPED_TILE": GROUPED_TILE_CU, "TAIL_PARAMS": tail.params, "TAIL_INIT": tail.init}
     if fused:
-        gemm = fill(FUSED_GEMM_CU, GROUPED_TILE=GROUPED_TILE_CU, B_COL=c_bool(b_col))
+        gemm = fill(FUSED_GEMM_CU, B_COL=c_bool(b_col), **kernel)
     else:
-        gemm = PASS_SPLIT_CU + fill(PASS_GEMM_CU, GROUPED_TILE=GROUPED_TILE_CU, INFLIGHT=c_bool(params["inflight"]))
+        gemm = PASS_SPLIT_CU + fill(PASS_GEMM_CU, INFLIGHT=c_bool(params["inflight"]), **kernel)
     cu = fill(
         MATMUL_WGMMA_CU,
         SUMMARY_C=wrap(summary, "// "),
         SPLIT_CU=SPLIT_FN_CU if fused else SPLIT_BF16_CU,
         WGMMA_CU=wgmma_cu(params["bn"]),
+        TAIL_CU=tail.cu,
         BN=params["bn"],
         STAGES=params["stages"],
         GROUP=params["group"],
@@ -484,6 +518,7 @@ def mm_module_py(params: dict[str, Any], summary: str, b_col: bool = False) -> s
         THREADS=THREADS,
         SMEM=smem_bytes(params),
         B_COL=repr(b_col),
+        TAIL_OPERANDS=tail.operands,
         B_SHAPE="(N, K) rows" if b_col else "(batch, K, N)",
         PARTS_LAYOUT="B's transposed to (batch, N, K) rows unless it comes so",
     )
