@@ -129,6 +129,7 @@ def gemm_tail_points(path: Path) -> list[tuple[str, dict]]:
     t = TEMPLATES["epilogue_cuda_wgmma"]
     raw = [
         {"tail": "gemm"},
+        {"tail": "gemm", "fused": True},
         {"tail": "gemm", "fused": True, "stages": 2},
         {"tail": "gemm", "bn": 256, "stages": 2},
         {"tail": "gemm", "bn": 256, "stages": 2, "fused": True, "fast_math": True},

@@ -333,6 +333,45 @@ CHANGES: dict[tuple[str, str], Callable[[Any, Any, Params, Shape], str]] = {
 }
 
 
+# The wgmma GEMM's parameters, alike for a matmul and for a linear epilogue (figures: 4096² on the H200,
+# bench/RESULTS.md).
+for _name in ("matmul_cuda_wgmma", "epilogue_cuda_wgmma"):
+    CHANGES |= {
+        (_name, "bn"): lambda o, n, p, s: (
+            f"128x{n} blocks: {s.batch * -(-s.m // 128) * -(-s.n // n)} blocks on {H200_SMS} SMs; "
+            + _more_or_less(
+                o,
+                n,
+                "one wgmma covers 256 columns, 128 accumulators a thread, two stages fit (4.01× cuBLAS fp32 against "
+                "3.76× for 128x128 with two)",
+                "half the accumulators and room for three stages",
+            )
+        ),
+        (_name, "stages"): lambda o, n, p, s: (
+            f"{n} shared-memory buffers: "
+            + _more_or_less(o, n, "one more K step loading while the tensor cores multiply", "less shared memory")
+        ),
+        (_name, "fused"): lambda o, n, p, s: (
+            "the GEMM splits its own fp32 tiles on their way to shared memory: no pass over the operands first (the "
+            "passes took 65 of 686 µs on 4096², 99 of 1398 on gemm_bias_relu)"
+            if n
+            else "the split as a pass of its own before the GEMM, which then streams bf16 parts by cp.async"
+        ),
+    }
+CHANGES |= {
+    ("matmul_cuda_wgmma", "inflight"): lambda o, n, p, s: (
+        "a K step's wgmma group left running through the barrier before the next refill (128x128, 3 stages: 3.95× "
+        "against 3.70×; 128x256 with its two buffers: 3.32× against 4.01×)"
+        if n
+        else "each K step's group finished before the next refill: one barrier a step"
+    ),
+    ("matmul_cuda_wgmma", "group"): lambda o, n, p, s: (
+        f"block rows in groups of {n}: blocks resident together share tiles of A and B in L2 (16 against 8 on "
+        "4096²: 3% faster at 128x128, 0.6% slower at 128x256)"
+    ),
+}
+
+
 def _micro(p: Params, s: Shape) -> str:
     regs = p["mr"] * p["nv"]
     return (
