@@ -487,17 +487,13 @@ for _name in ("elementwise_cpu", "epilogue_cpu"):
             else f"tasks of {n} elements ({_mib(4 * n)}): {-(-s.elements // n)} tasks, finer balance"
         ),
     }
+# The wgmma GEMM's own parameters (bn, stages, fused) have their reasons in words.py, beside the matmul's.
 CHANGES |= {
     ("epilogue_cuda_wgmma", "tail"): lambda o, n, p, s: (
         "the GEMM applies the tail to each output value before storing it: the output is written once and never "
         "read back, one launch instead of two (the tail's pass: 62.7 of gemm_bias_relu's 1398 µs on the H200)"
         if n == "gemm"
         else "the tail as a kernel of its own after the GEMM: one more pass over the output, any operand allowed"
-    ),
-    ("epilogue_cuda_wgmma", "fused"): lambda o, n, p, s: (
-        "the GEMM splits its own fp32 tiles on their way to shared memory: no pass over x and the weight first"
-        if n
-        else "the split as a pass of its own before the GEMM (measured: 99 µs of gemm_bias_relu's 1398)"
     ),
 }
 for _name in ("epilogue_cuda", "epilogue_cpu"):
