@@ -14,7 +14,14 @@ from agents.builtin.pointwise import band
 from agents.builtin.templates_cpu import binding_block
 from agents.builtin.templates_elementwise_expression import Expression
 from agents.builtin.templates_elementwise_math import COMMON, CPU_MATH
-from agents.builtin.templates_elementwise_python import Params, candidate_fields, prepare
+from agents.builtin.templates_elementwise_python import (
+    CONSTANTS_PY,
+    DOC_PY,
+    MODEL_PY,
+    Params,
+    candidate_fields,
+    prepare,
+)
 
 CPU_C = c_params(r"""
 /* Fused pointwise chain: y[i] = ew_apply(full operands at i, broadcast operands at (i / inner) % size).
@@ -77,38 +84,19 @@ void ew_run(@PARAMS_C@, float* ALIAS y, int64_t n)
 }
 """)
 
-CPU_PY = r'''"""Builtin candidate `@TEMPLATE@` (agents.builtin).
-
-@SUMMARY_DOC@
-
-Parameters (besides the problem's spec): @PARAMS@.
-
-Computes:
-@EXPR@
-"""
-
+CPU_PY = (
+    DOC_PY
+    + r'''
 @IMPORTS@
 C_SRC = r"""@C_SRC@"""
 
 @BINDING@
 
 _run = _bind().ew_run
-_F32 = torch.float32
-_INIT = @INIT@  # the constructor arguments this candidate was generated for
-_PARAMS = @PARAMS_SHAPES@  # the reference's parameters this candidate reads, by state_dict name
-_BANDS = @BANDS@  # broadcast operands' shapes as the reference used them
-@BAND_PY@
-
-class ModelNew(nn.Module):
-    """@CLASS_DOC@"""
-
-    def __init__(self, *args):
-@INIT_BODY@
-
-    def forward(self, @ARGS@) -> torch.Tensor:
-        # Kept lean on purpose: each torch or extension call costs microseconds when the caches are cold.
-@FORWARD@
 '''
+    + CONSTANTS_PY
+    + MODEL_PY
+)
 
 
 def _cpu_c(spec: dict[str, Any], params: Params, summary: str, inplace: bool) -> str:
@@ -157,6 +145,7 @@ def _cpu_c(spec: dict[str, Any], params: Params, summary: str, inplace: bool) ->
 def render_cpu(params: Params, summary: str, template: str, epilogue: bool) -> str:
     spec, inplace, fw = prepare(params, template, epilogue, "cpu")
     lines, full_ptrs, band_args = fw.lines(params, epilogue)
+    lines.insert(0, "# Kept lean on purpose: each torch or extension call costs microseconds when the caches are cold.")
     lines.append(f"_run({', '.join([*full_ptrs, *band_args, 'out.data_ptr()', 'n'])})")
     lines.append("return out")
     e = fw.expr

@@ -16,7 +16,15 @@ from agents.builtin._text import c_bool, c_params, fill, wrap
 from agents.builtin.templates_elementwise_expression import Expression, long_chain
 from agents.builtin.templates_elementwise_gemm_tail import render_gemm_tail
 from agents.builtin.templates_elementwise_math import COMMON, CUDA_MATH
-from agents.builtin.templates_elementwise_python import Params, candidate_fields, prepare, py_tuple
+from agents.builtin.templates_elementwise_python import (
+    CONSTANTS_PY,
+    DOC_PY,
+    MODEL_PY,
+    Params,
+    candidate_fields,
+    prepare,
+    py_tuple,
+)
 from agents.builtin.templates_matmul_bf16x3 import LINEAR_BF16X3_PY, mm_module_py
 
 CUDA_KERNEL = c_params(r"""
@@ -105,16 +113,9 @@ __device__ __forceinline__ void vec_body(@PARAMS_T@, float* ALIAS y, I n)
 @ENTRIES@
 """)
 
-CUDA_PY = r'''"""Builtin candidate `@TEMPLATE@` (agents.builtin).
-
-@SUMMARY_DOC@
-
-Parameters (besides the problem's spec): @PARAMS@.
-
-Computes:
-@EXPR@
-"""
-
+CUDA_PY = (
+    DOC_PY
+    + r'''
 @IMPORTS@
 
 CUDA_SRC = r"""@CUDA_SRC@"""
@@ -125,12 +126,9 @@ _MODULE = cupy.RawModule(code=CUDA_SRC, options=("-std=c++17",))
 @HEAVY_PY@
 _BLOCK, _ITEMS, _WAVES, _VEC = @BLOCK@, @ITEMS@, @WAVES@, @VEC_PY@
 _RESIDENT = max(1, 2048 // _BLOCK)  # blocks of _BLOCK threads one SM holds (2048 threads on H100/H200)
-_F32 = torch.float32
-_INIT = @INIT@  # the constructor arguments this candidate was generated for
-_PARAMS = @PARAMS_SHAPES@  # the reference's parameters this candidate reads, by state_dict name
-_BANDS = @BANDS@  # broadcast operands' shapes as the reference used them
-@BAND_PY@
-
+'''
+    + CONSTANTS_PY
+    + r"""
 def _launch(n: int, full: tuple[int, ...], bands: tuple[int, ...], y: int, device: torch.device) -> None:
     aligned = _VEC and all(p % 16 == 0 for p in (*full, y))
     per_block = _BLOCK * _ITEMS * (4 if aligned else 1)
@@ -143,16 +141,9 @@ def _launch(n: int, full: tuple[int, ...], bands: tuple[int, ...], y: int, devic
     args = (*full, *(index(a) if k % 3 else a for k, a in enumerate(bands)), y, index(n))
     _run_kernel(_function(name), device, (blocks,), (_BLOCK,), args)
 
-
-class ModelNew(nn.Module):
-    """@CLASS_DOC@"""
-
-    def __init__(self, *args):
-@INIT_BODY@
-
-    def forward(self, @ARGS@) -> torch.Tensor:
-@FORWARD@
-'''
+"""
+    + MODEL_PY
+)
 
 
 def _cuda_kernel(spec: dict[str, Any], params: Params, summary: str, inplace: bool) -> str:

@@ -17,7 +17,16 @@ from agents.builtin._text import c_bool, c_params, fill
 from agents.builtin.pointwise import band
 from agents.builtin.templates_elementwise_expression import Expression, long_chain
 from agents.builtin.templates_elementwise_math import COMMON, CUDA_MATH
-from agents.builtin.templates_elementwise_python import Forward, Params, attr, candidate_fields, prepare
+from agents.builtin.templates_elementwise_python import (
+    CONSTANTS_PY,
+    DOC_PY,
+    MODEL_PY,
+    Forward,
+    Params,
+    attr,
+    candidate_fields,
+    prepare,
+)
 from agents.builtin.templates_matmul_bf16x3 import LINEAR_BF16X3_PY
 from agents.builtin.templates_matmul_wgmma import GemmTail, mm_module_py
 
@@ -42,16 +51,9 @@ __device__ __forceinline__ void tail_apply(const Tail& t, float& x0, float& x1, 
     y1 = ew_apply(@ARGS_Y1@);
 }""")
 
-GEMM_TAIL_PY = r'''"""Builtin candidate `@TEMPLATE@` (agents.builtin).
-
-@SUMMARY_DOC@
-
-Parameters (besides the problem's spec): @PARAMS@.
-
-Computes:
-@EXPR@
-"""
-
+GEMM_TAIL_PY = (
+    DOC_PY
+    + r"""
 import math
 
 import cupy
@@ -61,22 +63,10 @@ import torch.nn as nn
 @STREAM_PY@
 @HEAVY_PY@
 
-_F32 = torch.float32
-_INIT = @INIT@  # the constructor arguments this candidate was generated for
-_PARAMS = @PARAMS_SHAPES@  # the reference's parameters this candidate reads, by state_dict name
-_BANDS = @BANDS@  # broadcast operands' shapes as the reference used them
-@BAND_PY@
-
-
-class ModelNew(nn.Module):
-    """@CLASS_DOC@"""
-
-    def __init__(self, *args):
-@INIT_BODY@
-
-    def forward(self, @ARGS@) -> torch.Tensor:
-@FORWARD@
-'''
+"""
+    + CONSTANTS_PY
+    + MODEL_PY
+)
 
 
 def band_kinds(spec: dict[str, Any]) -> list[str] | None:

@@ -48,6 +48,35 @@ def _hold(module: nn.Module, name: str, shape: list[int]) -> None:
     module.register_parameter(leaf, nn.Parameter(torch.zeros(shape)))
 '''
 
+# The parts of a fused pointwise candidate's module every one shares (CPU, CUDA, the tail in a GEMM), filled from
+# ``candidate_fields``: the docstring, the constants the forward reads (BAND_PY after them), the model class.
+DOC_PY = r'''"""Builtin candidate `@TEMPLATE@` (agents.builtin).
+
+@SUMMARY_DOC@
+
+Parameters (besides the problem's spec): @PARAMS@.
+
+Computes:
+@EXPR@
+"""
+'''
+CONSTANTS_PY = r"""_F32 = torch.float32
+_INIT = @INIT@  # the constructor arguments this candidate was generated for
+_PARAMS = @PARAMS_SHAPES@  # the reference's parameters this candidate reads, by state_dict name
+_BANDS = @BANDS@  # broadcast operands' shapes as the reference used them
+@BAND_PY@
+"""
+MODEL_PY = r'''
+class ModelNew(nn.Module):
+    """@CLASS_DOC@"""
+
+    def __init__(self, *args):
+@INIT_BODY@
+
+    def forward(self, @ARGS@) -> torch.Tensor:
+@FORWARD@
+'''
+
 INIT_PY = r"""        super().__init__()
         if _lists(list(args)) != _INIT:
             raise ValueError(f"this candidate was generated for Model(*{_INIT!r}), not Model(*{list(args)!r})")
