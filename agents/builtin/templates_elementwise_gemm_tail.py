@@ -146,7 +146,7 @@ def forward_lines(fw: Forward, kinds: list[str]) -> list[str]:
             lines.append(f"if size{k} != 1:")
             lines.append(f'    raise ValueError("tail operand {k} is no longer one value")')
     tail = "".join(f", w{k}.data_ptr()" for k in range(len(kinds)))
-    lines.append("# three bf16 products and the tail: one kernel, the output written once")
+    lines.append("# three bf16 products with the tail applied before the store: the output written once")
     lines.append(f"return _linear_bf16x3({x}, {weight}{tail})")
     return lines
 
