@@ -660,6 +660,8 @@ _SHIM = r"""
 #define __launch_bounds__(n)
 #define __restrict__
 struct float4 { float x, y, z, w; };
+struct uint2 { unsigned x, y; };
+static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 struct dim3 { unsigned x = 0, y = 0, z = 0; };
 static dim3 blockIdx, threadIdx, gridDim;
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
@@ -670,20 +672,29 @@ static inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 """
 
 
-def _emulated(src: str, nf: int, nb: int, block: int) -> ctypes.CDLL:
-    """The candidate's CUDA source compiled as C++ with a driver per kernel: run_<kernel>(grid, args...)."""
+# The one line of PTX in the kernels (fp16 to fp32, for an fp16 heavy result), and its C++ for the emulation.
+HALF_PTX = 'asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));'
+HALF_CPP = "{ _Float16 v; std::memcpy(&v, &h, 2); f = (float)v; }"
+
+
+def _emulated(src: str, nf: int, nb: int, block: int, halves: frozenset[int] = frozenset()) -> ctypes.CDLL:
+    """The candidate's CUDA source compiled as C++ with a driver per kernel: run_<kernel>(grid, args...).
+    ``halves``: the full operands the kernel reads as fp16."""
     cuda = next(
         node.value.value
         for node in ast.parse(src).body
         if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CUDA_SRC"
     )
+    if halves:
+        assert HALF_PTX in cuda
+        cuda = cuda.replace(HALF_PTX, HALF_CPP)
     drivers = []
     for kernel, ctype in (
         ("ew_vec_i32", "unsigned int"),
         ("ew_scalar_i32", "unsigned int"),
         ("ew_vec_i64", "long long"),
     ):
-        params = [f"const float* f{k}" for k in range(nf)]
+        params = [f"const {'unsigned short' if k in halves else 'float'}* f{k}" for k in range(nf)]
         params += [f"const float* b{k}, {ctype} inner{k}, {ctype} size{k}" for k in range(nb)]
         names = [f"f{k}" for k in range(nf)] + [f"b{k}, inner{k}, size{k}" for k in range(nb)]
         drivers.append(

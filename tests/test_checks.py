@@ -27,16 +27,23 @@ CHEATS = sorted((FIXTURES / "cheats").glob("*.py"))
 FAMILY_PROBLEM = {"softmax": "softmax_small.py", "layernorm": "layernorm_small.py", "matmul": "matmul_small.py"}
 FAMILY_PROBLEM |= {"elementwise": "gelu_chain_small.py", "epilogue": "linear_relu_small.py"}
 FAMILY_PROBLEM |= {"reduce": "sum_dim_small.py"}
+# Templates for one kind of problem of their family: a problem of that kind (keyed by the template's name).
+FAMILY_PROBLEM |= {"epilogue_cuda_half": "suite/conv2d_scale_clamp_64x32x128x128.py"}  # convolutions only
 # Templates that compute on TF32 tensor cores: flagged as a precision downgrade, which only the strict policy blocks.
 LOW_PRECISION_TEMPLATES = {"matmul_cuda_mma", "matmul_cuda_bf16x3", "epilogue_cuda_bf16x3"}  # relaxed-only sources
-LOW_PRECISION_TEMPLATES |= {"matmul_cuda_wgmma", "epilogue_cuda_wgmma"}
+LOW_PRECISION_TEMPLATES |= {"matmul_cuda_wgmma", "epilogue_cuda_wgmma", "epilogue_cuda_half"}
 _INFO: dict[str, ProblemInfo] = {}
 
 
-def info(family: str) -> ProblemInfo:
-    if family not in _INFO:
-        _INFO[family] = load_problem(str(PROBLEMS / FAMILY_PROBLEM[family])).info
-    return _INFO[family]
+def info(key: str) -> ProblemInfo:
+    """The problem of a family, or of a template that computes one kind of its family's problems."""
+    if key not in _INFO:
+        _INFO[key] = load_problem(str(PROBLEMS / FAMILY_PROBLEM[key])).info
+    return _INFO[key]
+
+
+def template_info(name: str) -> ProblemInfo:
+    return info(name if name in FAMILY_PROBLEM else TEMPLATES[name].family)
 
 
 def expected(path: Path) -> tuple[str, int]:
@@ -50,7 +57,7 @@ def render_point(name: str, params: dict) -> str:
     t = TEMPLATES[name]
     extras = {"eps": 1e-5} if "eps" in t.extras else {}
     if "spec" in t.extras:  # a template that renders the problem's own expression: that problem's facts
-        extras |= {k: v for k, v in analyse(info(t.family)).extras().items() if k in t.extras}
+        extras |= {k: v for k, v in analyse(template_info(name)).extras().items() if k in t.extras}
     return render(name, {**params, **extras}, t.device)
 
 
@@ -89,7 +96,7 @@ def test_reference_candidates_are_clean(path: Path) -> None:
 def test_builtin_renderings_are_clean(name: str) -> None:
     t = TEMPLATES[name]
     for params in [*itertools.islice(t.points(), 0, None, 25), t.defaults()]:  # every 25th point of the space
-        findings = static_findings(render_point(name, params), info(t.family))
+        findings = static_findings(render_point(name, params), template_info(name))
         if name in LOW_PRECISION_TEMPLATES:
             assert findings and {f.trick for f in findings} == {"precision_downgrade"}, params
             assert not blocking(findings, "relaxed") and blocking(findings, "strict"), params

@@ -24,6 +24,7 @@ from agents.builtin.templates_elementwise_cuda import (
     render_elementwise_cuda,
     render_epilogue_cuda,
     render_epilogue_cuda_bf16x3,
+    render_epilogue_cuda_half,
     render_epilogue_cuda_wgmma,
     wgmma_point,
 )
@@ -106,6 +107,18 @@ def _tail_text(p: Params, cuda: bool) -> str:
     return f"{_heavy_name(spec)} by {lib} (torch), then the tail {_expr(p)} as one kernel {where}{bias}"
 
 
+def _epilogue_half_text(p: Params) -> str:
+    bias = ""
+    if _has_bias(p):
+        bias = (
+            "; the bias added in the library call (fp16)" if p["bias"] == "library" else "; the bias added in the tail"
+        )
+    return (
+        f"{_heavy_name(_spec(p))} by cuDNN in fp16 (torch casts the input and the weight), then the tail {_expr(p)} "
+        f"from its fp16 result into a new fp32 buffer as one kernel{bias}: {_cuda_text(p)}"
+    )
+
+
 def _epilogue_bf16x3_text(p: Params) -> str:
     where = "in place on its output" if p["inplace"] else "into a new buffer"
     bias = "; the bias added in the tail" if _has_bias(p) else ""
@@ -133,6 +146,10 @@ def _linear_fits(s: Shape, k_step: int) -> bool:
     """A linear layer (x @ weight.T) whose M, N and K a bf16x3 GEMM's 128 x 128 x ``k_step`` tiles divide."""
     heavy = (load(s.spec) if s.spec else {}).get("heavy") or {}
     return heavy.get("op") == "linear" and s.m % 128 == 0 and s.n % 128 == 0 and s.k % k_step == 0
+
+
+def _conv(s: Shape) -> bool:
+    return ((load(s.spec) if s.spec else {}).get("heavy") or {}).get("op") == "conv"
 
 
 def _linear_fits_gemm(s: Shape) -> bool:
@@ -210,6 +227,9 @@ _TAIL_PARAMS = (
     Param("inplace", (True, False), True),
 )
 
+# A convolution in fp16: its bias added in fp32 by the tail unless said otherwise; never in place (fp16 result).
+_HALF_PARAMS = (Param("bias", ("library", "tail"), "tail", structural=True),)
+
 # The bf16x3 GEMM's parameters, for an epilogue whose linear layer it runs (128 x 128 blocks, one an SM).
 _GEMM_PARAMS = (
     Param("warp", ("64x64", "64x32", "32x64"), "64x64"),
@@ -256,6 +276,18 @@ TEMPLATES: tuple[Template, ...] = (
         _epilogue_cuda_text,
         irrelevant=_epilogue_cuda_irrelevant,
         extras=("spec",),
+    ),
+    Template(
+        "epilogue_cuda_half",
+        "epilogue",
+        "cuda",
+        _HALF_PARAMS + _CUDA_PARAMS,
+        render_epilogue_cuda_half,
+        _epilogue_half_text,
+        irrelevant=_epilogue_cuda_irrelevant,
+        extras=("spec",),
+        applies=_conv,
+        policies=("relaxed",),  # it computes in fp16
     ),
     Template(
         "epilogue_cuda_bf16x3",
@@ -320,6 +352,9 @@ def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
         if epilogue:
             out.insert(1, (name, {"bias": "tail", "block": 256, "items": 1 if small else 2}))
             out.append((name, {"inplace": False, "block": 256, "items": 2}))
+            if _conv(shape):  # relaxed policy only: fp16 at the reference's own TF32 precision (not yet run)
+                out.insert(0, ("epilogue_cuda_half", {"block": 256, "items": 1 if small else 2}))
+                out.append(("epilogue_cuda_half", {"block": 256, "items": 4, "grid": 2}))
             if _linear_fits_gemm(shape):  # relaxed policy only (the planner drops them under strict)
                 # On gemm_bias_relu (8192x4096x4096) on the H200 the wgmma GEMM's epilogue ran 3.9-4.0x eager,
                 # mma.sync's 2.0x, the library's ~1.0x (bench/RESULTS.md): wgmma first where its tiles divide.
@@ -382,6 +417,11 @@ def facts(s: Shape) -> str:
     )
 
 
+def _gflop(s: Shape) -> str:
+    flops = (load(s.spec).get("flops") or 0) if s.spec else 0
+    return f"{flops / 1e9:.3g} GFLOP" if flops else "most"
+
+
 def _ops(s: Shape) -> int:
     return pointwise_ops(load(s.spec)) if s.spec else 1
 
@@ -401,6 +441,12 @@ BASE: dict[str, Callable[[Params, Shape], str]] = {
         "the heavy op stays in the vendor library (the fastest fp32 GEMM/convolution there is); its "
         f"≈{_ops(s)} pointwise tail op(s) become one pass over its output instead of ≈{_ops(s)}: the gain is the "
         "tail's share of eager's time"
+    ),
+    "epilogue_cuda_half": lambda p, s: (
+        f"the convolution is {_gflop(s)} of the time: cuDNN runs an fp32 convolution at TF32 by default "
+        "(torch.backends.cudnn.allow_tf32), and fp16 operands keep TF32's 10-bit mantissa at twice its tensor-core "
+        "rate and half its bytes; the tail reads the fp16 result and writes the fp32 output once (fp16's range ends "
+        "at 65504: the checks on the problem's inputs decide)"
     ),
     "epilogue_cuda_bf16x3": lambda p, s: (
         f"the linear layer is {s.flops / 1e9:.3g} GFLOP of the time: cuBLAS fp32 runs it on the CUDA cores, this "
@@ -436,7 +482,7 @@ def _bias_text(o: Any, n: Any, p: Params, s: Shape) -> str:
 
 CHANGES: dict[tuple[str, str], Callable[[Any, Any, Params, Shape], str]] = {}
 # The tail kernel's shape, alike whether the heavy op is the library's or one of our GEMMs.
-for _name in ("elementwise_cuda", "epilogue_cuda", "epilogue_cuda_bf16x3", "epilogue_cuda_wgmma"):
+for _name in ("elementwise_cuda", "epilogue_cuda", "epilogue_cuda_half", "epilogue_cuda_bf16x3", "epilogue_cuda_wgmma"):
     CHANGES |= {
         (_name, "block"): lambda o, n, p, s: (
             f"{n}-thread blocks: {-(-s.elements // (n * p['items'] * (4 if p['vec4'] else 1)))} blocks for "
@@ -496,7 +542,7 @@ CHANGES |= {
         else "the tail as a kernel of its own after the GEMM: one more pass over the output, any operand allowed"
     ),
 }
-for _name in ("epilogue_cuda", "epilogue_cpu"):
+for _name in ("epilogue_cuda", "epilogue_cuda_half", "epilogue_cpu"):
     CHANGES[(_name, "bias")] = _bias_text
 for _name in ("epilogue_cuda", "epilogue_cpu", "epilogue_cuda_bf16x3", "epilogue_cuda_wgmma"):
     CHANGES[(_name, "inplace")] = lambda o, n, p, s: (

@@ -1,6 +1,7 @@
 """Fused pointwise kernels on CUDA (NVRTC through CuPy): ``elementwise_cuda``, ``epilogue_cuda``,
-``epilogue_cuda_bf16x3`` (a linear layer by ``templates_matmul_bf16x3``'s GEMM, then the tail) and
-``epilogue_cuda_wgmma`` (the same by ``templates_matmul_wgmma``'s).
+``epilogue_cuda_half`` (a convolution by cuDNN in fp16, then the tail into fp32), ``epilogue_cuda_bf16x3`` (a
+linear layer by ``templates_matmul_bf16x3``'s GEMM, then the tail) and ``epilogue_cuda_wgmma`` (the same by
+``templates_matmul_wgmma``'s).
 
 A grid-stride kernel, float4 loads and stores when every full operand and the output are 16-byte aligned
 (a scalar kernel otherwise), ITEMS vectors per thread in flight, 32-bit index math whenever the tensor
@@ -24,6 +25,7 @@ from agents.builtin.templates_elementwise_python import (
     candidate_fields,
     prepare,
     py_tuple,
+    spec_of,
 )
 from agents.builtin.templates_matmul_bf16x3 import LINEAR_BF16X3_PY, mm_module_py
 
@@ -146,24 +148,55 @@ def _launch(n: int, full: tuple[int, ...], bands: tuple[int, ...], y: int, devic
 )
 
 
-def _cuda_kernel(spec: dict[str, Any], params: Params, summary: str, inplace: bool) -> str:
+# The heavy op's fp16 result, read by the tail (``epilogue_cuda_half``): converted on load, exactly (every half
+# is a float). Inline PTX, as cuda_fp16.h's __half2float is, so that NVRTC needs no header.
+HALF_CU = r"""
+__device__ __forceinline__ float half_float(unsigned short h)
+{
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+__device__ __forceinline__ float4 half4_float4(uint2 r)  // four halves, loaded as 8 bytes
+{
+    return make_float4(half_float((unsigned short)(r.x & 0xffffu)), half_float((unsigned short)(r.x >> 16)),
+                       half_float((unsigned short)(r.y & 0xffffu)), half_float((unsigned short)(r.y >> 16)));
+}
+"""
+
+
+def _cuda_kernel(spec: dict[str, Any], params: Params, summary: str, inplace: bool, half: bool = False) -> str:
+    """``half``: the heavy op's result (a full operand) is fp16; every other operand and the output are fp32."""
     e = Expression(spec)
     # A long chain is called, not inlined: inlined into the four lanes of four entry points it takes NVRTC
     # seconds (measured 4.8 s against 0.6 s for a 200-op chain), and a call costs little beside such a body.
     apply = e.function("__device__ __noinline__" if long_chain(spec) else "EW_FN")
     nf, nb = len(e.full), len(e.bands)
+    halves = {k for k, j in enumerate(e.full) if half and e.leaves[j]["kind"] == "heavy"}
+
+    def pointer(k: int) -> str:
+        return f"const {'unsigned short' if k in halves else 'float'}* {'ALIAS' if k == 0 else '__restrict__'} f{k}"
+
+    def at(k: int, i: str) -> str:
+        return f"half_float(f{k}[{i}])" if k in halves else f"f{k}[{i}]"
+
+    def at4(k: int, i: str) -> str:
+        kind = "uint2" if k in halves else "float4"
+        value = f"reinterpret_cast<const {kind}*>(f{k})[{i}]"
+        return f"half4_float4({value})" if k in halves else value
+
     params_t = ", ".join(
-        [f"const float* {'ALIAS' if k == 0 else '__restrict__'} f{k}" for k in range(nf)]
-        + [f"const float* __restrict__ b{k}, I inner{k}, I size{k}" for k in range(nb)]
+        [pointer(k) for k in range(nf)] + [f"const float* __restrict__ b{k}, I inner{k}, I size{k}" for k in range(nb)]
     )
 
     def bands_at(index: str) -> list[str]:
         return [f"b{k}[band_index<I>({index}, inner{k}, size{k})]" for k in range(nb)]
 
     decl_s = "\n".join(f"        float v{k}[ITEMS];" for k in range(nf))
-    load_s = "\n".join(f"                v{k}[k] = f{k}[i];" for k in range(nf))
+    load_s = "\n".join(f"                v{k}[k] = {at(k, 'i')};" for k in range(nf))
     decl_v = "\n".join(f"        float4 v{k}[ITEMS];" for k in range(nf))
-    load_v = "\n".join(f"                v{k}[k] = reinterpret_cast<const float4*>(f{k})[i];" for k in range(nf))
+    load_v = "\n".join(f"                v{k}[k] = {at4(k, 'i')};" for k in range(nf))
 
     def call(values: list[str], index: str) -> str:
         return ", ".join(values + bands_at(index))
@@ -187,7 +220,7 @@ def _cuda_kernel(spec: dict[str, Any], params: Params, summary: str, inplace: bo
         FAST=c_bool(params["fast_math"]),
         INPLACE=c_bool(inplace),
         MATH=CUDA_MATH,
-        COMMON=COMMON,
+        COMMON=COMMON + (HALF_CU if halves else ""),
         APPLY=apply,
         PARAMS_T=params_t,
         DECL_S=decl_s,
@@ -199,16 +232,18 @@ def _cuda_kernel(spec: dict[str, Any], params: Params, summary: str, inplace: bo
         CALL_Y=call([f"v{k}[k].y" for k in range(nf)], "e + 1"),
         CALL_Z=call([f"v{k}[k].z" for k in range(nf)], "e + 2"),
         CALL_W=call([f"v{k}[k].w" for k in range(nf)], "e + 3"),
-        CALL_S_TAIL=call([f"f{k}[i]" for k in range(nf)], "i"),
+        CALL_S_TAIL=call([at(k, "i") for k in range(nf)], "i"),
         ENTRIES="\n".join(entries),
     )
 
 
-def render_cuda(params: Params, summary: str, template: str, epilogue: bool, heavy_py: str = "") -> str:
+def render_cuda(
+    params: Params, summary: str, template: str, epilogue: bool, heavy_py: str = "", half: bool = False
+) -> str:
     """``heavy_py``: module-level Python defining ``_linear_bf16x3``, for an epilogue whose heavy op is its own
-    GEMM (empty: the heavy op through torch)."""
+    GEMM (empty: the heavy op through torch). ``half``: the library's heavy op in fp16, the tail into fp32."""
     spec, inplace, fw = prepare(params, template, epilogue, "cuda")
-    lines, full_ptrs, band_args = fw.lines(params, epilogue, own_gemm=bool(heavy_py))
+    lines, full_ptrs, band_args = fw.lines(params, epilogue, own_gemm=bool(heavy_py), half=half)
     lines.append(f"_launch(n, {py_tuple(full_ptrs)}, {py_tuple(band_args)}, out.data_ptr(), out.device)")
     lines.append("return out")
     imports = "import math\n\nimport cupy\nimport torch\nimport torch.nn as nn\n"
@@ -217,13 +252,13 @@ def render_cuda(params: Params, summary: str, template: str, epilogue: bool, hea
     return fill(
         CUDA_PY,
         IMPORTS=imports,
-        CUDA_SRC=_cuda_kernel(spec, params, summary, inplace),
+        CUDA_SRC=_cuda_kernel(spec, params, summary, inplace, half),
         BLOCK=params["block"],
         ITEMS=params["items"],
         WAVES=params["grid"],
         VEC_PY=repr(bool(params["vec4"])),
         HEAVY_PY=heavy_py,
-        **candidate_fields(params, summary, template, epilogue, fw, lines, own_gemm=bool(heavy_py)),
+        **candidate_fields(params, summary, template, epilogue, fw, lines, own_gemm=bool(heavy_py), half=half),
     )
 
 
@@ -233,6 +268,14 @@ def render_elementwise_cuda(params: Params, summary: str) -> str:
 
 def render_epilogue_cuda(params: Params, summary: str) -> str:
     return render_cuda(params, summary, "epilogue_cuda", epilogue=True)
+
+
+def render_epilogue_cuda_half(params: Params, summary: str) -> str:
+    heavy = (spec_of(params, "epilogue_cuda_half").get("heavy") or {}).get("op")
+    if heavy != "conv":
+        what = f"its heavy op is a {heavy}" if heavy else "it has no heavy op"
+        raise ValueError(f"epilogue_cuda_half renders a convolution's tail; {what}")
+    return render_cuda(params, summary, "epilogue_cuda_half", epilogue=True, half=True)
 
 
 def gemm_point(params: Params) -> Params:

@@ -133,19 +133,28 @@ class Forward:
         """Broadcast operand k's shape: a parameter's as the reference used it is fixed; an input's is what it is."""
         return f"tuple(w{k}.shape)" if self.expr.leaves[self.expr.bands[k]]["kind"] == "input" else f"_BANDS[{k}]"
 
-    def lines(self, params: Params, epilogue: bool, own_gemm: bool = False) -> tuple[list[str], list[str], list[str]]:
+    def lines(
+        self, params: Params, epilogue: bool, own_gemm: bool = False, half: bool = False
+    ) -> tuple[list[str], list[str], list[str]]:
         """The lines up to the kernel call; the full operands' pointers; the broadcast ones' (ptr, inner, size).
-        ``own_gemm``: the heavy op (a linear layer) by the candidate's ``_linear_bf16x3``, not the library."""
+        ``own_gemm``: the heavy op (a linear layer) by the candidate's ``_linear_bf16x3``, not the library.
+        ``half``: the library's heavy op on fp16 copies of its operands; its fp16 result is the tail's to read."""
         e = self.expr
         lines = self.checks()
         if epilogue:
             if own_gemm:
                 h = self.spec["heavy"]
                 call, why = f"_linear_bf16x3(x{h['x']}, {attr(h['weight'])})", "three bf16 products, our kernels"
+            elif half:
+                lines.append(f"# {HALF_WHY}")
+                call, why = heavy_call(self.spec, params["bias"] == "library", half=True), "cuDNN in fp16"
             else:
                 call, why = heavy_call(self.spec, params["bias"] == "library"), "the heavy op stays in the library"
             lines += [f"h = {call}  # {why}", "h = h.contiguous()"]
-            lines.append("out = h" if params["inplace"] else "out = torch.empty_like(h)")
+            if half:
+                lines.append("out = torch.empty(h.shape, dtype=_F32, device=h.device)")
+            else:
+                lines.append("out = h" if params["inplace"] else "out = torch.empty_like(h)")
             first = "h"
         else:
             first = self.operand(e.leaves[e.full[0]])
@@ -176,7 +185,12 @@ class Forward:
         return repr(tuple(tuple(self.expr.leaves[j]["shape"]) for j in self.expr.bands))
 
 
-def heavy_call(spec: dict[str, Any], bias_in_library: bool) -> str:
+# Why a half-precision convolution keeps the reference's precision (a comment above its call in the candidate).
+HALF_WHY = "fp16 has the 10-bit mantissa of TF32, at which cuDNN runs fp32 convolutions by default"
+
+
+def heavy_call(spec: dict[str, Any], bias_in_library: bool, half: bool = False) -> str:
+    """The library call for the heavy op; ``half``: a convolution on fp16 copies of its operands."""
     h = spec["heavy"]
     if h["op"] == "linear":
         bias = attr(h["bias"]) if h["bias"] and bias_in_library else "None"
@@ -185,17 +199,15 @@ def heavy_call(spec: dict[str, Any], bias_in_library: bool) -> str:
         a = f"x{h['a'][1]}"
         b = f"x{h['b'][1]}" if h["b"][0] == "input" else attr(h["b"][1])
         return f"torch.matmul({a}, {b}{'.t()' if h['b_transposed'] else ''})"
-    bias = attr(h["bias"]) if h["bias"] and bias_in_library else "None"
-    dims = h["dims"]
+    cast = ".to(torch.float16)" if half else ""
+    bias = attr(h["bias"]) + cast if h["bias"] and bias_in_library else "None"
+    x, weight, dims = f"x{h['x']}{cast}", attr(h["weight"]) + cast, h["dims"]
     if h["transposed"]:
         return (
-            f"F.conv_transpose{dims}d(x{h['x']}, {attr(h['weight'])}, {bias}, {h['stride']}, {h['padding']}, "
+            f"F.conv_transpose{dims}d({x}, {weight}, {bias}, {h['stride']}, {h['padding']}, "
             f"{h['output_padding']}, {h['groups']}, {h['dilation']})"
         )
-    return (
-        f"F.conv{dims}d(x{h['x']}, {attr(h['weight'])}, {bias}, {h['stride']}, {h['padding']}, "
-        f"{h['dilation']}, {h['groups']})"
-    )
+    return f"F.conv{dims}d({x}, {weight}, {bias}, {h['stride']}, {h['padding']}, {h['dilation']}, {h['groups']})"
 
 
 def doc_expr(spec: dict[str, Any], params: Params) -> str:
@@ -220,9 +232,11 @@ def spec_of(params: Params, template: str) -> dict[str, Any]:
     return load(params["spec"])
 
 
-def class_doc(spec: dict[str, Any], epilogue: bool, own_gemm: bool = False) -> str:
+def class_doc(spec: dict[str, Any], epilogue: bool, own_gemm: bool = False, half: bool = False) -> str:
     if epilogue and own_gemm:
         return "The problem's linear layer by three bfloat16 tensor-core products, then its tail as one kernel."
+    if epilogue and half:
+        return "The problem's convolution by cuDNN in fp16, then its whole pointwise tail as one kernel (fp32 out)."
     if epilogue:
         return "The problem's heavy op through torch, then its whole pointwise tail as one kernel."
     return "The problem's pointwise chain as one kernel; same constructor arguments as the problem's Model."
@@ -238,14 +252,21 @@ def prepare(params: Params, template: str, epilogue: bool, device: str) -> tuple
     spec = spec_of(params, template)
     if epilogue and params.get("bias", "tail") == "tail":
         spec = tail_bias(spec)
-    return spec, bool(epilogue and params["inplace"]), Forward(spec, device)
+    return spec, bool(epilogue and params.get("inplace")), Forward(spec, device)
 
 
 def candidate_fields(
-    params: Params, summary: str, template: str, epilogue: bool, fw: Forward, lines: list[str], own_gemm: bool = False
+    params: Params,
+    summary: str,
+    template: str,
+    epilogue: bool,
+    fw: Forward,
+    lines: list[str],
+    own_gemm: bool = False,
+    half: bool = False,
 ) -> dict[str, str]:
     """The placeholders CPU and CUDA candidates fill alike: docstring, reference parameters, module, forward
-    (``own_gemm``: the heavy op is the candidate's own GEMM)."""
+    (``own_gemm``: the heavy op is the candidate's own GEMM; ``half``: the library's, in fp16)."""
     return {
         "TEMPLATE": template,
         "SUMMARY_DOC": wrap(summary),
@@ -255,7 +276,7 @@ def candidate_fields(
         "PARAMS_SHAPES": repr(fw.spec["params"]),
         "BANDS": fw.band_shapes(),
         "BAND_PY": BAND_PY,
-        "CLASS_DOC": class_doc(fw.spec, epilogue, own_gemm),
+        "CLASS_DOC": class_doc(fw.spec, epilogue, own_gemm, half),
         "INIT_BODY": INIT_PY,
         "ARGS": ", ".join(f"x{k}: {'float' if k in fw.numbers else 'torch.Tensor'}" for k in range(fw.n_in)),
         "FORWARD": py_block(lines),

@@ -1,0 +1,114 @@
+"""``epilogue_cuda_half``: a convolution by cuDNN on fp16 copies of its operands, then the pointwise tail reading the
+fp16 result and writing fp32. Where it is offered (convolutions, relaxed policy), that the kernels compute the tail
+from fp16 values (emulated on the CPU), that the reduced precision is found and said, and what fp16 costs the
+suite's convolutions beside the TF32 the reference runs at (bench/conv_half_accuracy.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from agents import builtin
+from agents.builtin import pointwise
+from agents.builtin.catalog import TEMPLATES
+from agents.builtin.templates_elementwise_epilogue import tail_bias
+from bench.conv_half_accuracy import contender_errors
+from tests.test_builtin_elementwise import CONV, CONV_T, HEAD, _emulated, _run_emulated
+from tools.checks import static_findings
+from tools.problem import load_problem
+
+PROBLEMS = Path(__file__).resolve().parents[1] / "problems"
+SUITE = PROBLEMS / "suite"
+# The convolution module of each problem, and its call with the problem's settings.
+CONVS = {"conv_tail": (CONV, "conv"), "conv_t_tail": (CONV_T, "up")}
+
+
+def heavy_op(conv: nn.Module, x: torch.Tensor, with_bias: bool) -> torch.Tensor:
+    b = conv.bias if with_bias else None
+    if isinstance(conv, nn.ConvTranspose2d):
+        return F.conv_transpose2d(
+            x, conv.weight, b, conv.stride, conv.padding, conv.output_padding, conv.groups, conv.dilation
+        )
+    return F.conv2d(x, conv.weight, b, conv.stride, conv.padding, conv.dilation, conv.groups)
+
+
+@pytest.fixture(scope="module")
+def problems(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("half_problems")
+    out = {}
+    for name, (source, _) in CONVS.items():
+        out[name] = folder / f"{name}.py"
+        out[name].write_text(HEAD + source)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(CONVS))
+def test_it_is_offered_for_convolutions_under_the_relaxed_policy_only(name: str, problems: dict[str, Path]) -> None:
+    info = load_problem(problems[name]).info
+    relaxed = builtin.propose(info, "cuda", 8, [], None)
+    assert relaxed[0].template == "epilogue_cuda_half"
+    assert relaxed[0].params["bias"] == "tail"  # the conv's bias added in fp32
+    strict = builtin.propose(info, "cuda", 8, [], None, policy="strict")
+    assert strict and all(idea.template != "epilogue_cuda_half" for idea in strict)
+    linear = builtin.analyse(load_problem(PROBLEMS / "linear_relu_small.py").info)
+    assert not TEMPLATES["epilogue_cuda_half"].fits(linear)  # a linear layer's reference is full fp32
+    with pytest.raises(ValueError, match="convolution's tail; its heavy op is a linear"):
+        builtin.render("epilogue_cuda_half", {"spec": linear.spec}, "cuda")
+
+
+@pytest.mark.parametrize("name", sorted(CONVS))
+def test_the_reduced_precision_is_found_in_its_source(name: str, problems: dict[str, Path]) -> None:
+    info = load_problem(problems[name]).info
+    shape = builtin.analyse(info)
+    src = builtin.render("epilogue_cuda_half", {"spec": shape.spec}, "cuda")
+    assert ".to(torch.float16)" in src and "out = torch.empty(h.shape, dtype=_F32" in src
+    findings = static_findings(src, info)
+    assert findings and all(f.trick == "precision_downgrade" and f.policy_dependent for f in findings), findings
+
+
+@pytest.mark.parametrize("name", sorted(CONVS))
+@pytest.mark.parametrize("bias", ["tail", "library"])
+def test_the_tail_reads_the_fp16_result_when_emulated(name: str, bias: str, problems: dict[str, Path]) -> None:
+    problem = load_problem(problems[name])
+    shape = builtin.analyse(problem.info)
+    model = problem.make_model("cpu", seed=0)
+    (x,) = problem.make_inputs("cpu", seed=1)
+    conv = getattr(model, CONVS[name][1])
+    keep_bias = bias == "library"
+    with torch.no_grad():
+        # What cuDNN hands the tail: the convolution (its bias too where the library adds it) rounded to fp16.
+        h16 = heavy_op(conv, x, keep_bias).half()
+        heavy = h16.float() if keep_bias else h16.float() + conv.bias.view(-1, 1, 1)
+        conv.forward = lambda _: heavy  # the reference's tail, in fp32, on those values
+        expected = model(x)
+    spec = json.loads(shape.spec)
+    spec = spec if keep_bias else tail_bias(spec)
+    state = model.state_dict()
+    bands = []
+    for leaf in spec["leaves"]:
+        if not leaf["full"]:
+            size, inner = pointwise.band(leaf["shape"], expected.shape)
+            bands.append((state[leaf["key"]].contiguous(), size, inner))
+    src = builtin.render("epilogue_cuda_half", {"spec": shape.spec, "bias": bias, "block": 128, "items": 2}, "cuda")
+    lib = _emulated(src, 1, len(bands), 128, halves=frozenset({0}))
+    bits = h16.contiguous().view(torch.int16)
+    n = expected.numel() - 3  # not a multiple of 4: the float4 kernel's last elements run one a thread
+    for kernel, per_thread, grid in (("ew_vec_i32", 4, None), ("ew_scalar_i32", 1, None), ("ew_vec_i64", 4, 3)):
+        y = torch.full_like(expected, float("nan"))
+        cover = -(-n // (128 * 2 * per_thread))
+        _run_emulated(lib, kernel, grid or cover, [bits], bands, y.view(-1)[:n])
+        torch.testing.assert_close(y.view(-1)[:n], expected.reshape(-1)[:n], atol=1e-6, rtol=1e-6, msg=kernel)
+        assert y.view(-1)[n:].isnan().all(), kernel  # nothing written past n
+
+
+@pytest.mark.parametrize("name", ["conv2d_relu_biasadd_64x64x128x128", "conv2d_scale_clamp_64x32x128x128"])
+def test_fp16_costs_the_suite_convolutions_about_what_tf32_does(name: str) -> None:
+    rows = {row[0].split(" ")[0]: row[2] for row in contender_errors(str(SUITE / f"{name}.py"), 1, 1, 1e-2, 1e-2)}
+    assert rows["fp32"] < 1e-3
+    assert rows["tf32"] < rows["fp16"] < 1.5 * rows["tf32"] and rows["fp16"] < 0.2  # the result's rounding adds a bit
+    assert rows["bf16"] > 4 * rows["fp16"]
