@@ -279,13 +279,18 @@ PROBLEM_SOURCES = {
 }
 
 
-@pytest.fixture(scope="module")
-def problems(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("pointwise_problems")
+def write_problems(folder: Path, sources: dict[str, tuple[str, str]]) -> dict[str, Path]:
+    """Each (source, family) of ``sources`` as a problem file ``folder/<name>.py``, after the shared imports."""
     out = {}
-    for name, (source, _) in PROBLEM_SOURCES.items():
+    for name, (source, _) in sources.items():
         out[name] = folder / f"{name}.py"
         out[name].write_text(HEAD + source)
+    return out
+
+
+@pytest.fixture(scope="module")
+def problems(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = write_problems(tmp_path_factory.mktemp("pointwise_problems"), PROBLEM_SOURCES)
     out["gelu_chain_small"] = PROBLEMS / "gelu_chain_small.py"
     out["linear_relu_small"] = PROBLEMS / "linear_relu_small.py"
     return out

@@ -18,7 +18,7 @@ from agents.builtin import pointwise
 from agents.builtin.catalog import TEMPLATES
 from agents.builtin.templates_elementwise_epilogue import tail_bias
 from bench.conv_half_accuracy import contender_errors
-from tests.test_builtin_elementwise import CONV, CONV_T, HEAD, _emulated, _run_emulated
+from tests.test_builtin_elementwise import CONV, CONV_T, _emulated, _run_emulated, write_problems
 from tools.checks import static_findings
 from tools.problem import load_problem
 
@@ -39,12 +39,9 @@ def heavy_op(conv: nn.Module, x: torch.Tensor, with_bias: bool) -> torch.Tensor:
 
 @pytest.fixture(scope="module")
 def problems(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("half_problems")
-    out = {}
-    for name, (source, _) in CONVS.items():
-        out[name] = folder / f"{name}.py"
-        out[name].write_text(HEAD + source)
-    return out
+    return write_problems(
+        tmp_path_factory.mktemp("half_problems"), {k: (src, "epilogue") for k, (src, _) in CONVS.items()}
+    )
 
 
 @pytest.mark.parametrize("name", sorted(CONVS))
