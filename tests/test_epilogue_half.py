@@ -5,6 +5,8 @@ suite's convolutions beside the TF32 the reference runs at (bench/conv_half_accu
 
 from __future__ import annotations
 
+import ast
+import ctypes
 import json
 from pathlib import Path
 
@@ -19,14 +21,45 @@ from agents.builtin.catalog import TEMPLATES
 from agents.builtin.templates_elementwise_epilogue import tail_bias
 from bench.conv_half_accuracy import contender_errors
 from bench.matmul_accuracy import worst
-from tests.test_builtin_elementwise import CONV, CONV_T, _emulated, _run_emulated, write_problems
+from tests.test_builtin_elementwise import (
+    _SHIM,
+    CONV,
+    CONV_T,
+    HALF_CPP,
+    HALF_PTX,
+    _emulated,
+    _run_emulated,
+    write_problems,
+)
 from tools.checks import static_findings
+from tools.compile import build_c
 from tools.problem import build_model, copy_parameters, exec_source, load_problem, make_inputs
 
 PROBLEMS = Path(__file__).resolve().parents[1] / "problems"
 SUITE = PROBLEMS / "suite"
-# The convolution module of each problem, and its call with the problem's settings.
-CONVS = {"conv_tail": (CONV, "conv"), "conv_t_tail": (CONV_T, "up")}
+# More channels than one tile of the channels-last tail kernel holds (32), and a position count no tile size divides.
+CONV_WIDE = """
+class Model(nn.Module):
+    \"\"\"Conv2d without padding to 40 channels, then ReLU and a gain per channel.\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 40, 3)
+        self.gain = nn.Parameter(torch.rand(40, 1, 1) + 0.5)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x)) * self.gain
+
+
+def get_inputs():
+    return [torch.randn(3, 3, 9, 11)]
+
+
+def get_init_inputs():
+    return []
+"""
+# Each problem's source, and the attribute that holds its convolution.
+CONVS = {"conv_tail": (CONV, "conv"), "conv_t_tail": (CONV_T, "up"), "conv_wide": (CONV_WIDE, "conv")}
 
 
 def heavy_op(conv: nn.Module, x: torch.Tensor, with_bias: bool) -> torch.Tensor:
@@ -69,17 +102,16 @@ def test_the_reduced_precision_is_found_in_its_source(name: str, problems: dict[
     assert findings and all(f.trick == "precision_downgrade" and f.policy_dependent for f in findings), findings
 
 
-@pytest.mark.parametrize("name", sorted(CONVS))
-@pytest.mark.parametrize("bias", ["tail", "library"])
-def test_the_tail_reads_the_fp16_result_when_emulated(name: str, bias: str, problems: dict[str, Path]) -> None:
-    problem = load_problem(problems[name])
+def fp16_case(path: Path, conv_attr: str, bias: str) -> tuple[torch.Tensor, torch.Tensor, list, str]:
+    """(the fp16 result cuDNN hands the tail, the reference's tail on it in fp32, the kernels' broadcast operands as
+    (tensor, size, inner), the problem's spec) for one problem, with the conv's bias in the library or the tail."""
+    problem = load_problem(path)
     shape = builtin.analyse(problem.info)
     model = problem.make_model("cpu", seed=0)
     (x,) = problem.make_inputs("cpu", seed=1)
-    conv = getattr(model, CONVS[name][1])
+    conv = getattr(model, conv_attr)
     keep_bias = bias == "library"
     with torch.no_grad():
-        # What cuDNN hands the tail: the convolution (its bias too where the library adds it) rounded to fp16.
         h16 = heavy_op(conv, x, keep_bias).half()
         heavy = h16.float() if keep_bias else h16.float() + conv.bias.view(-1, 1, 1)
         conv.forward = lambda _: heavy  # the reference's tail, in fp32, on those values
@@ -92,8 +124,17 @@ def test_the_tail_reads_the_fp16_result_when_emulated(name: str, bias: str, prob
         if not leaf["full"]:
             size, inner = pointwise.band(leaf["shape"], expected.shape)
             bands.append((state[leaf["key"]].contiguous(), size, inner))
-    src = builtin.render("epilogue_cuda_half", {"spec": shape.spec, "bias": bias, "block": 128, "items": 2}, "cuda")
-    lib = _emulated(src, 1, len(bands), 128, halves=frozenset({0}))
+    return h16, expected, bands, shape.spec
+
+
+@pytest.mark.parametrize("name", sorted(CONVS))
+@pytest.mark.parametrize("bias", ["tail", "library"])
+def test_the_streaming_tail_reads_the_fp16_result_when_emulated(
+    name: str, bias: str, problems: dict[str, Path]
+) -> None:
+    h16, expected, bands, spec = fp16_case(problems[name], CONVS[name][1], bias)
+    params = {"spec": spec, "bias": bias, "layout": "nchw", "block": 128, "items": 2}
+    lib = _emulated(builtin.render("epilogue_cuda_half", params, "cuda"), 1, len(bands), 128, halves=frozenset({0}))
     bits = h16.contiguous().view(torch.int16)
     n = expected.numel() - 3  # not a multiple of 4: the float4 kernel's last elements run one a thread
     for kernel, per_thread, grid in (("ew_vec_i32", 4, None), ("ew_scalar_i32", 1, None), ("ew_vec_i64", 4, 3)):
@@ -102,6 +143,78 @@ def test_the_tail_reads_the_fp16_result_when_emulated(name: str, bias: str, prob
         _run_emulated(lib, kernel, grid or cover, [bits], bands, y.view(-1)[:n])
         torch.testing.assert_close(y.view(-1)[:n], expected.reshape(-1)[:n], atol=1e-6, rtol=1e-6, msg=kernel)
         assert y.view(-1)[n:].isnan().all(), kernel  # nothing written past n
+
+
+# The channels-last tail kernel shares a tile between a block's threads across __syncthreads(): emulated with a
+# thread per CUDA thread of a block, a std::barrier as the barrier, and the tile as a static (blocks run in turn).
+_THREADED_SHIM = _SHIM.replace(
+    "static dim3 blockIdx, threadIdx, gridDim;", "static dim3 blockIdx, gridDim;\nstatic thread_local dim3 threadIdx;"
+) + (
+    "#include <barrier>\n#include <thread>\n#include <vector>\n"
+    "static std::barrier<>* emu_barrier;\n#define __syncthreads() emu_barrier->arrive_and_wait()\n"
+    "#define __shared__ static\n"
+)
+
+
+def _emulated_nhwc(src: str, nb: int) -> ctypes.CDLL:
+    """The channels-last tail's CUDA compiled as C++ with run_<kernel>(gx, gy, gz, args...) for both entries."""
+    cuda = next(
+        node.value.value
+        for node in ast.parse(src).body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CUDA_SRC"
+    )
+    assert HALF_PTX in cuda
+    drivers = []
+    for kernel, ctype in (("ew_nhwc_i32", "unsigned int"), ("ew_nhwc_i64", "long long")):
+        params = ["const unsigned short* f0"] + [
+            f"const float* b{k}, {ctype} inner{k}, {ctype} size{k}" for k in range(nb)
+        ]
+        names = ["f0"] + [f"b{k}, inner{k}, size{k}" for k in range(nb)] + ["y", "N", "C", "P"]
+        drivers.append(
+            f'extern "C" void run_{kernel}(unsigned gx, unsigned gy, unsigned gz, {", ".join(params)}, float* y, '
+            f"{ctype} N, {ctype} C, {ctype} P)\n{{\n"
+            "    gridDim.x = gx; gridDim.y = gy; gridDim.z = gz;\n"
+            "    std::barrier<> bar(256);\n    emu_barrier = &bar;\n"
+            "    for (unsigned z = 0; z < gz; ++z)\n"
+            "    for (unsigned by = 0; by < gy; ++by)\n"
+            "    for (unsigned bx = 0; bx < gx; ++bx) {\n"
+            "        blockIdx.x = bx; blockIdx.y = by; blockIdx.z = z;\n"
+            "        std::vector<std::thread> threads;\n"
+            "        for (unsigned t = 0; t < 256; ++t)\n"
+            f"            threads.emplace_back([=] {{ threadIdx.x = t; {kernel}({', '.join(names)}); }});\n"
+            "        for (auto& t : threads) t.join();\n"
+            "    }\n}\n"
+        )
+    report = build_c(
+        _THREADED_SHIM + cuda.replace(HALF_PTX, HALF_CPP) + "\n".join(drivers),
+        name="ew_nhwc_emulated",
+        lang="c++",
+        flags=("-O1", "-fno-strict-aliasing", "-std=c++20", "-pthread"),
+    )
+    assert report.ok, report.log
+    return ctypes.CDLL(report.artifact)
+
+
+@pytest.mark.parametrize("name", sorted(CONVS))
+@pytest.mark.parametrize("bias", ["tail", "library"])
+def test_the_channels_last_tail_transposes_the_fp16_result_when_emulated(
+    name: str, bias: str, problems: dict[str, Path]
+) -> None:
+    h16, expected, bands, spec = fp16_case(problems[name], CONVS[name][1], bias)
+    src = builtin.render("epilogue_cuda_half", {"spec": spec, "bias": bias, "layout": "nhwc"}, "cuda")
+    lib = _emulated_nhwc(src, len(bands))
+    bits = h16.permute(0, 2, 3, 1).contiguous().view(torch.int16)  # what cuDNN writes: [n][h][w][c]
+    batch, channels = expected.shape[:2]
+    positions = expected.numel() // (batch * channels)
+    tiles = (-(-positions // 64), -(-channels // 32))
+    for kernel, samples in (("ew_nhwc_i32", batch), ("ew_nhwc_i64", 1)):  # one grid slice: a loop over the samples
+        y = torch.full_like(expected, float("nan"))
+        c = ctypes.c_int64 if kernel.endswith("i64") else ctypes.c_uint32
+        args: list = [*tiles, samples, ctypes.c_void_p(bits.data_ptr())]
+        for t, size, inner in bands:
+            args += [ctypes.c_void_p(t.data_ptr()), c(inner), c(size)]
+        getattr(lib, f"run_{kernel}")(*args, ctypes.c_void_p(y.data_ptr()), c(batch), c(channels), c(positions))
+        torch.testing.assert_close(y, expected, atol=1e-6, rtol=1e-6, msg=kernel)
 
 
 @pytest.mark.parametrize("name", ["conv2d_relu_biasadd_64x64x128x128", "conv2d_scale_clamp_64x32x128x128"])

@@ -30,6 +30,7 @@ from agents.builtin.templates_elementwise_cuda import (
 )
 from agents.builtin.templates_elementwise_expression import expression_text, pointwise_ops, transcendental
 from agents.builtin.templates_elementwise_gemm_tail import gemm_tail_fits
+from agents.builtin.templates_elementwise_python import channels_last
 
 H200_SMS = 132
 FAMILIES = ("elementwise", "epilogue")
@@ -113,6 +114,12 @@ def _epilogue_half_text(p: Params) -> str:
         bias = (
             "; the bias added in the library call (fp16)" if p["bias"] == "library" else "; the bias added in the tail"
         )
+    if p["layout"] == "nhwc":
+        return (
+            f"{_heavy_name(_spec(p))} by cuDNN in fp16 on channels-last copies (torch casts the input and the weight), "
+            f"then the tail {_expr(p)} from its fp16 result into a new fp32 buffer in the reference's order, one "
+            f"kernel moving 32-channel x 64-position tiles through shared memory{bias}{_math_text(p)}"
+        )
     return (
         f"{_heavy_name(_spec(p))} by cuDNN in fp16 (torch casts the input and the weight), then the tail {_expr(p)} "
         f"from its fp16 result into a new fp32 buffer as one kernel{bias}: {_cuda_text(p)}"
@@ -193,6 +200,18 @@ def _epilogue_wgmma_irrelevant(p: Params) -> tuple[str, ...]:
     return _cuda_irrelevant(p) + tail_kernel
 
 
+def _epilogue_half_irrelevant(p: Params) -> tuple[str, ...]:
+    # Channels-last, the tail is the tiled transposing kernel: none of the streaming kernel's shape applies.
+    tail_kernel = ("block", "items", "vec4", "grid") if p["layout"] == "nhwc" else ()
+    return _epilogue_cuda_irrelevant(p) + tail_kernel
+
+
+def _epilogue_half_valid(p: Params) -> bool:
+    # Channels-last memory formats exist for 4-D and 5-D tensors: 2-D and 3-D convolutions.
+    spec = _spec(p)
+    return p["layout"] == "nchw" or spec is None or channels_last(spec) is not None
+
+
 def _epilogue_wgmma_valid(p: Params) -> bool:
     if not templates_matmul_wgmma.valid(wgmma_point(p)):
         return False
@@ -227,8 +246,12 @@ _TAIL_PARAMS = (
     Param("inplace", (True, False), True),
 )
 
-# A convolution in fp16: its bias added in fp32 by the tail unless said otherwise; never in place (fp16 result).
-_HALF_PARAMS = (Param("bias", ("library", "tail"), "tail", structural=True),)
+# A convolution in fp16: its bias added in fp32 by the tail unless said otherwise; never in place (fp16 result);
+# its operands in the reference's order or channels-last (a 2-D or 3-D convolution), the tail transposing back.
+_HALF_PARAMS = (
+    Param("bias", ("library", "tail"), "tail", structural=True),
+    Param("layout", ("nchw", "nhwc"), "nchw", structural=True),
+)
 
 # The bf16x3 GEMM's parameters, for an epilogue whose linear layer it runs (128 x 128 blocks, one an SM).
 _GEMM_PARAMS = (
@@ -284,7 +307,8 @@ TEMPLATES: tuple[Template, ...] = (
         _HALF_PARAMS + _CUDA_PARAMS,
         render_epilogue_cuda_half,
         _epilogue_half_text,
-        irrelevant=_epilogue_cuda_irrelevant,
+        valid=_epilogue_half_valid,
+        irrelevant=_epilogue_half_irrelevant,
         extras=("spec",),
         applies=_conv,
         policies=("relaxed",),  # it computes in fp16
@@ -353,7 +377,12 @@ def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
             out.insert(1, (name, {"bias": "tail", "block": 256, "items": 1 if small else 2}))
             out.append((name, {"inplace": False, "block": 256, "items": 2}))
             if _conv(shape):  # relaxed policy only: fp16 at the reference's own TF32 precision (not yet run)
-                out.insert(0, ("epilogue_cuda_half", {"block": 256, "items": 1 if small else 2}))
+                # torch.compile's channels-last convolutions beat eager's 2.4x on conv2d_relu_biasadd: that layout
+                # first where it exists, then the reference's.
+                half = [("epilogue_cuda_half", {"block": 256, "items": 1 if small else 2})]
+                if channels_last(load(shape.spec)):
+                    half.insert(0, ("epilogue_cuda_half", {"layout": "nhwc"}))
+                out[:0] = half
                 out.append(("epilogue_cuda_half", {"block": 256, "items": 4, "grid": 2}))
             if _linear_fits_gemm(shape):  # relaxed policy only (the planner drops them under strict)
                 # On gemm_bias_relu (8192x4096x4096) on the H200 the wgmma GEMM's epilogue ran 3.9-4.0x eager,
@@ -544,6 +573,13 @@ CHANGES |= {
 }
 for _name in ("epilogue_cuda", "epilogue_cuda_half", "epilogue_cpu"):
     CHANGES[(_name, "bias")] = _bias_text
+CHANGES[("epilogue_cuda_half", "layout")] = lambda o, n, p, s: (
+    "channels-last copies of the operands, the order cuDNN's tensor-core convolutions work in (torch.compile converts "
+    "to it too); the tail reads the result in that order and writes the reference's through a tile in shared memory"
+    if n == "nhwc"
+    else "the operands in the reference's order: cuDNN converts around its kernels itself, and the tail is a plain "
+    "streaming pass"
+)
 for _name in ("epilogue_cuda", "epilogue_cpu", "epilogue_cuda_bf16x3", "epilogue_cuda_wgmma"):
     CHANGES[(_name, "inplace")] = lambda o, n, p, s: (
         "the tail overwrites the heavy op's output: no second buffer, the same lines read and written"

@@ -16,7 +16,8 @@ from agents.builtin import templates_matmul_wgmma
 from agents.builtin._text import c_bool, c_params, fill, wrap
 from agents.builtin.templates_elementwise_expression import Expression, long_chain
 from agents.builtin.templates_elementwise_gemm_tail import render_gemm_tail
-from agents.builtin.templates_elementwise_math import COMMON, CUDA_MATH
+from agents.builtin.templates_elementwise_math import BAND_INDEX_CU, COMMON, CUDA_MATH, HALF_CU
+from agents.builtin.templates_elementwise_nhwc import render_nhwc
 from agents.builtin.templates_elementwise_python import (
     CONSTANTS_PY,
     DOC_PY,
@@ -47,12 +48,7 @@ CUDA_KERNEL = c_params(r"""
 @MATH@
 @COMMON@
 @APPLY@
-template <typename I>
-__device__ __forceinline__ I band_index(I i, I inner, I size)
-{
-    // inner and size are the same for the whole grid: these branches never diverge
-    return size == 1 ? (I)0 : (inner == 1 ? i % size : (i / inner) % size);
-}
+@BAND_INDEX@
 
 template <typename I>
 __device__ __forceinline__ void scalar_body(@PARAMS_T@, float* ALIAS y, I n)
@@ -148,24 +144,6 @@ def _launch(n: int, full: tuple[int, ...], bands: tuple[int, ...], y: int, devic
 )
 
 
-# The heavy op's fp16 result, read by the tail (``epilogue_cuda_half``): converted on load, exactly (every half
-# is a float). Inline PTX, as cuda_fp16.h's __half2float is, so that NVRTC needs no header.
-HALF_CU = r"""
-__device__ __forceinline__ float half_float(unsigned short h)
-{
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-}
-
-__device__ __forceinline__ float4 half4_float4(uint2 r)  // four halves, loaded as 8 bytes
-{
-    return make_float4(half_float((unsigned short)(r.x & 0xffffu)), half_float((unsigned short)(r.x >> 16)),
-                       half_float((unsigned short)(r.y & 0xffffu)), half_float((unsigned short)(r.y >> 16)));
-}
-"""
-
-
 def _cuda_kernel(spec: dict[str, Any], params: Params, summary: str, inplace: bool, half: bool = False) -> str:
     """``half``: the heavy op's result (a full operand) is fp16; every other operand and the output are fp32."""
     e = Expression(spec)
@@ -221,6 +199,7 @@ def _cuda_kernel(spec: dict[str, Any], params: Params, summary: str, inplace: bo
         INPLACE=c_bool(inplace),
         MATH=CUDA_MATH,
         COMMON=COMMON + (HALF_CU if halves else ""),
+        BAND_INDEX=BAND_INDEX_CU,
         APPLY=apply,
         PARAMS_T=params_t,
         DECL_S=decl_s,
@@ -275,6 +254,8 @@ def render_epilogue_cuda_half(params: Params, summary: str) -> str:
     if heavy != "conv":
         what = f"its heavy op is a {heavy}" if heavy else "it has no heavy op"
         raise ValueError(f"epilogue_cuda_half renders a convolution's tail; {what}")
+    if params["layout"] == "nhwc":
+        return render_nhwc(params, summary, "epilogue_cuda_half")
     return render_cuda(params, summary, "epilogue_cuda_half", epilogue=True, half=True)
 
 

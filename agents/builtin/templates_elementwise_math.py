@@ -47,6 +47,31 @@ EW_FN float EW_TANH(float x)
 #define EW_FABS(x) fabsf(x)
 """
 
+# The heavy op's fp16 result, read by the tail (``epilogue_cuda_half``): converted on load, exactly (every half
+# is a float). Inline PTX, as cuda_fp16.h's __half2float is, so that NVRTC needs no header.
+HALF_CU = r"""
+__device__ __forceinline__ float half_float(unsigned short h)
+{
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+__device__ __forceinline__ float4 half4_float4(uint2 r)  // four halves, loaded as 8 bytes
+{
+    return make_float4(half_float((unsigned short)(r.x & 0xffffu)), half_float((unsigned short)(r.x >> 16)),
+                       half_float((unsigned short)(r.y & 0xffffu)), half_float((unsigned short)(r.y >> 16)));
+}
+"""
+
+# Where broadcast operand k's value for flat output index i is (``(i / inner) % size``).
+BAND_INDEX_CU = r"""template <typename I>
+__device__ __forceinline__ I band_index(I i, I inner, I size)
+{
+    // inner and size are the same for the whole grid: these branches never diverge
+    return size == 1 ? (I)0 : (inner == 1 ? i % size : (i / inner) % size);
+}"""
+
 CPU_MATH = r"""
 #include <math.h>
 #include <stdbool.h>

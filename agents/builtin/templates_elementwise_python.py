@@ -141,16 +141,22 @@ class Forward:
         ``half``: the library's heavy op on fp16 copies of its operands; its fp16 result is the tail's to read."""
         e = self.expr
         lines = self.checks()
+        layout = None  # the heavy op's operands in a channels-last memory format (a half convolution's option)
         if epilogue:
             if own_gemm:
                 h = self.spec["heavy"]
                 call, why = f"_linear_bf16x3(x{h['x']}, {attr(h['weight'])})", "three bf16 products, our kernels"
             elif half:
                 lines.append(f"# {HALF_WHY}")
-                call, why = heavy_call(self.spec, params["bias"] == "library", half=True), "cuDNN in fp16"
+                layout = channels_last(self.spec) if params["layout"] == "nhwc" else None
+                call = heavy_call(self.spec, params["bias"] == "library", half=True, memory_format=layout)
+                why = "cuDNN in fp16" + (", channels last" if layout else "")
             else:
                 call, why = heavy_call(self.spec, params["bias"] == "library"), "the heavy op stays in the library"
-            lines += [f"h = {call}  # {why}", "h = h.contiguous()"]
+            if layout:  # the tail kernel reads that order: cuDNN writes it, and then this copies nothing
+                lines += [f"h = {call}  # {why}", f"h = h.contiguous(memory_format={layout})"]
+            else:
+                lines += [f"h = {call}  # {why}", "h = h.contiguous()"]
             if half:
                 lines.append("out = torch.empty(h.shape, dtype=_F32, device=h.device)")
             else:
@@ -189,8 +195,16 @@ class Forward:
 HALF_WHY = "fp16 has the 10-bit mantissa of TF32, at which cuDNN runs fp32 convolutions by default"
 
 
-def heavy_call(spec: dict[str, Any], bias_in_library: bool, half: bool = False) -> str:
-    """The library call for the heavy op; ``half``: a convolution on fp16 copies of its operands."""
+def channels_last(spec: dict[str, Any]) -> str | None:
+    """The channels-last memory format of the heavy op's operands (a 2-D or 3-D convolution), else None."""
+    return {2: "torch.channels_last", 3: "torch.channels_last_3d"}.get(spec["heavy"].get("dims", 0))
+
+
+def heavy_call(
+    spec: dict[str, Any], bias_in_library: bool, half: bool = False, memory_format: str | None = None
+) -> str:
+    """The library call for the heavy op; ``half``: a convolution on fp16 copies of its operands, in
+    ``memory_format`` when given (a channels-last one)."""
     h = spec["heavy"]
     if h["op"] == "linear":
         bias = attr(h["bias"]) if h["bias"] and bias_in_library else "None"
@@ -201,6 +215,8 @@ def heavy_call(spec: dict[str, Any], bias_in_library: bool, half: bool = False) 
         return f"torch.matmul({a}, {b}{'.t()' if h['b_transposed'] else ''})"
     cast = ".to(torch.float16)" if half else ""
     bias = attr(h["bias"]) + cast if h["bias"] and bias_in_library else "None"
+    if memory_format:
+        cast = f".to(torch.float16, memory_format={memory_format})"
     x, weight, dims = f"x{h['x']}{cast}", attr(h["weight"]) + cast, h["dims"]
     if h["transposed"]:
         return (

@@ -1,0 +1,171 @@
+"""``epilogue_cuda_half`` with ``layout="nhwc"``: the convolution on channels-last fp16 copies of its operands, then
+the tail as a kernel that reads the result in that order and writes the output in the reference's.
+
+cuDNN's tensor-core convolutions work in channels-last order; handed the reference's (N, C, spatial) order they
+convert around the kernel or run slower ones. torch.compile converts a graph's convolutions to channels-last itself
+(Inductor's layout optimisation), which is most of its 2.4x over eager on conv2d_relu_biasadd (bench/RESULTS.md).
+Here torch's cast writes the channels-last copies, and the tail kernel takes the transpose back: a block moves a
+tile of TC channels x TP positions of one sample through shared memory, reading runs along the channels and writing
+runs along the positions, and applies the tail on the way out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.builtin._text import c_bool, c_params, fill, wrap
+from agents.builtin.templates_elementwise_expression import Expression, long_chain
+from agents.builtin.templates_elementwise_math import BAND_INDEX_CU, COMMON, CUDA_MATH, HALF_CU
+from agents.builtin.templates_elementwise_python import (
+    CONSTANTS_PY,
+    DOC_PY,
+    MODEL_PY,
+    Params,
+    candidate_fields,
+    prepare,
+    py_tuple,
+)
+
+NHWC_KERNEL = c_params(r"""
+// Pointwise tail from the heavy op's channels-last result h[n][p][c] (p: a position) to y[n][c][p], the reference's
+// order: out[i] = ew_apply(h at i, other full operands at i, broadcast operands at (i / inner) % size).
+@SUMMARY_C@
+#param FAST_MATH     // __expf / __logf / __fdividef instead of the full-precision functions
+#define TC 32        // channels a tile: a warp's load is one position's run of TC channels
+#define TP 64        // positions a tile: a warp's store is a run of 32 positions of one channel
+#define THREADS 256
+@MATH@
+@COMMON@
+@APPLY@
+@BAND_INDEX@
+
+// A tile of sample n: channels c0.., positions p0.., from h to shared memory.
+template <typename I>
+__device__ __forceinline__ void load_tile(
+    const unsigned short* __restrict__ h, float (*tile)[TP + 1], I n, I c0, I p0, I C, I P)
+{
+    for (int k = threadIdx.x; k < TC * TP; k += THREADS) {
+        const I c = c0 + k % TC, p = p0 + k / TC;
+        if (c < C && p < P) tile[k % TC][k / TC] = half_float(h[(n * P + p) * C + c]);
+    }
+}
+
+// The same tile through the tail into y, along the positions.
+template <typename I>
+__device__ __forceinline__ void store_tile(@STORE_PARAMS@)
+{
+    for (int k = threadIdx.x; k < TC * TP; k += THREADS) {
+        const I c = c0 + k / TP, p = p0 + k % TP;
+        if (c < C && p < P) {
+            const I i = (n * C + c) * P + p;
+            y[i] = ew_apply(@CALL@);
+        }
+    }
+}
+
+template <typename I>
+__device__ __forceinline__ void nhwc_body(@PARAMS_T@, float* __restrict__ y, I N, I C, I P)
+{
+    // +1 column: a warp's loads write down a column of the tile, 65 floats apart, so into 32 different banks
+    __shared__ float tile[TC][TP + 1];
+    const I c0 = (I)blockIdx.y * TC, p0 = (I)blockIdx.x * TP;
+    for (I n = blockIdx.z; n < N; n += gridDim.z) {
+        load_tile<I>(@HEAVY@, tile, n, c0, p0, C, P);
+        __syncthreads();
+        store_tile<I>(@STORE_ARGS@);
+        __syncthreads();  // the next sample's loads overwrite the tile
+    }
+}
+
+@ENTRIES@
+""")
+
+NHWC_PY = (
+    DOC_PY
+    + r'''
+import math
+
+import cupy
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+CUDA_SRC = r"""@CUDA_SRC@"""
+
+_MODULE = cupy.RawModule(code=CUDA_SRC, options=("-std=c++17",))
+@STREAM_PY@
+@FUNCTION_PY@
+_TC, _TP, _THREADS = 32, 64, 256  # the kernel's tile: channels, positions; threads a block
+'''
+    + CONSTANTS_PY
+    + r"""
+def _launch(n: int, shape: tuple[int, ...], full: tuple[int, ...], bands: tuple[int, ...], y: int, device: torch.device) -> None:
+    # A block a tile of _TC channels x _TP positions of a sample; the grid's third dim loops over the samples.
+    batch, channels = shape[0], shape[1]
+    positions = n // (batch * channels)
+    wide = n >= 2**31  # 32-bit index math whenever it cannot overflow
+    index = cupy.int64 if wide else cupy.uint32
+    args = (*full, *(index(a) if k % 3 else a for k, a in enumerate(bands)), y)
+    args += (index(batch), index(channels), index(positions))
+    grid = (-(-positions // _TP), -(-channels // _TC), min(batch, 65535))
+    _run_kernel(_function("ew_nhwc_i64" if wide else "ew_nhwc_i32"), device, grid, (_THREADS,), args)
+
+"""
+    + MODEL_PY
+)
+
+
+def nhwc_kernel(spec: dict[str, Any], params: Params, summary: str) -> str:
+    """The CUDA source: the tail of ``spec`` from an fp16 channels-last heavy result to the reference's order."""
+    e = Expression(spec)
+    apply = e.function("__device__ __noinline__" if long_chain(spec) else "EW_FN")
+    heavy = next(k for k, j in enumerate(e.full) if e.leaves[j]["kind"] == "heavy")
+    nf, nb = len(e.full), len(e.bands)
+    others = [k for k in range(nf) if k != heavy]  # full operands in the reference's order, read at i
+    full_t = [f"const {'unsigned short' if k == heavy else 'float'}* __restrict__ f{k}" for k in range(nf)]
+    bands_t = [f"const float* __restrict__ b{k}, I inner{k}, I size{k}" for k in range(nb)]
+    store_t = [full_t[k] for k in others] + bands_t
+    store_t += ["float (*tile)[TP + 1]", "float* __restrict__ y", "I n", "I c0", "I p0", "I C", "I P"]
+    values = ["tile[c - c0][p - p0]" if k == heavy else f"f{k}[i]" for k in range(nf)] + [
+        f"b{k}[band_index<I>(i, inner{k}, size{k})]" for k in range(nb)
+    ]
+    band_names = [f"b{k}, inner{k}, size{k}" for k in range(nb)]
+    store_args = [f"f{k}" for k in others] + band_names + ["tile", "y", "n", "c0", "p0", "C", "P"]
+    entries = []
+    for suffix, ctype in (("i32", "unsigned int"), ("i64", "long long")):
+        sig = ", ".join(full_t + bands_t).replace("I inner", f"{ctype} inner").replace("I size", f"{ctype} size")
+        names = ", ".join([f"f{k}" for k in range(nf)] + band_names + ["y", "N", "C", "P"])
+        entries.append(
+            f'extern "C" __global__ void __launch_bounds__(THREADS)\new_nhwc_{suffix}({sig}, float* __restrict__ y, '
+            f"{ctype} N, {ctype} C, {ctype} P)\n{{\n    nhwc_body<{ctype}>({names});\n}}\n"
+        )
+    return fill(
+        NHWC_KERNEL,
+        SUMMARY_C=wrap(summary, "// "),
+        FAST_MATH=c_bool(params["fast_math"]),
+        MATH=CUDA_MATH,
+        COMMON=COMMON + HALF_CU,
+        APPLY=apply,
+        BAND_INDEX=BAND_INDEX_CU,
+        STORE_PARAMS=", ".join(store_t),
+        CALL=", ".join(values),
+        PARAMS_T=", ".join(full_t + bands_t),
+        HEAVY=f"f{heavy}",
+        STORE_ARGS=", ".join(store_args),
+        ENTRIES="\n".join(entries),
+    )
+
+
+def render_nhwc(params: Params, summary: str, template: str) -> str:
+    """The candidate: the convolution on channels-last fp16 copies, then the transposing tail."""
+    spec, _, fw = prepare(params, template, True, "cuda")
+    lines, full_ptrs, band_args = fw.lines(params, True, half=True)
+    lines.append(
+        f"_launch(n, tuple(out.shape), {py_tuple(full_ptrs)}, {py_tuple(band_args)}, out.data_ptr(), out.device)"
+    )
+    lines.append("return out")
+    return fill(
+        NHWC_PY,
+        CUDA_SRC=nhwc_kernel(spec, params, summary),
+        **candidate_fields(params, summary, template, True, fw, lines, half=True),
+    )
