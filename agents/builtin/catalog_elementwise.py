@@ -108,6 +108,11 @@ def _tail_text(p: Params, cuda: bool) -> str:
     return f"{_heavy_name(spec)} by {lib} (torch), then the tail {_expr(p)} as one kernel {where}{bias}"
 
 
+def _tile_text(p: Params) -> str:
+    channels, positions = p["tile"].split("x")
+    return f"{channels}-channel x {positions}-position"
+
+
 def _epilogue_half_text(p: Params) -> str:
     bias = ""
     if _has_bias(p):
@@ -118,7 +123,7 @@ def _epilogue_half_text(p: Params) -> str:
         return (
             f"{_heavy_name(_spec(p))} by cuDNN in fp16 on channels-last copies (torch casts the input and the weight), "
             f"then the tail {_expr(p)} from its fp16 result into a new fp32 buffer in the reference's order, one "
-            f"kernel moving 32-channel x 64-position tiles through shared memory{bias}{_math_text(p)}"
+            f"kernel moving {_tile_text(p)} tiles through shared memory{bias}{_math_text(p)}"
         )
     return (
         f"{_heavy_name(_spec(p))} by cuDNN in fp16 (torch casts the input and the weight), then the tail {_expr(p)} "
@@ -202,7 +207,7 @@ def _epilogue_wgmma_irrelevant(p: Params) -> tuple[str, ...]:
 
 def _epilogue_half_irrelevant(p: Params) -> tuple[str, ...]:
     # Channels-last, the tail is the tiled transposing kernel: none of the streaming kernel's shape applies.
-    tail_kernel = ("block", "items", "vec4", "grid") if p["layout"] == "nhwc" else ()
+    tail_kernel = ("block", "items", "vec4", "grid") if p["layout"] == "nhwc" else ("tile",)
     return _epilogue_cuda_irrelevant(p) + tail_kernel
 
 
@@ -251,6 +256,7 @@ _TAIL_PARAMS = (
 _HALF_PARAMS = (
     Param("bias", ("library", "tail"), "tail", structural=True),
     Param("layout", ("nchw", "nhwc"), "nchw", structural=True),
+    Param("tile", ("32x64", "64x64", "32x128"), "32x64"),  # channels-last: channels x positions a block moves
 )
 
 # The bf16x3 GEMM's parameters, for an epilogue whose linear layer it runs (128 x 128 blocks, one an SM).
@@ -573,6 +579,13 @@ CHANGES |= {
 }
 for _name in ("epilogue_cuda", "epilogue_cuda_half", "epilogue_cpu"):
     CHANGES[(_name, "bias")] = _bias_text
+# What each tile of the channels-last tail changes (shared memory: channels x (positions + 1) floats).
+_TILE_WORDS = {
+    "32x64": "the smallest tile (8.1 KiB of shared memory a block): the most blocks resident",
+    "64x64": "64 channels a position: each position's read a 128-byte run of fp16 (16.3 KiB a block)",
+    "32x128": "128 positions a channel: each channel's write a 512-byte run of fp32 (16.1 KiB a block)",
+}
+CHANGES[("epilogue_cuda_half", "tile")] = lambda o, n, p, s: f"{_tile_text({'tile': n})} tiles: {_TILE_WORDS[n]}"
 CHANGES[("epilogue_cuda_half", "layout")] = lambda o, n, p, s: (
     "channels-last copies of the operands, the order cuDNN's tensor-core convolutions work in (torch.compile converts "
     "to it too); the tail reads the result in that order and writes the reference's through a tile in shared memory"

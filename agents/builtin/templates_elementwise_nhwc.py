@@ -8,8 +8,8 @@ and is 2.4x eager on conv2d_relu_biasadd, where fusing the tail alone saves abou
 pass over the 496 MiB output instead of two; bench/RESULTS.md).
 
 Here torch's cast writes the channels-last copies, and the tail kernel takes the transpose back: a block moves a
-tile of TC channels x TP positions of one sample through shared memory, reading runs along the channels and writing
-runs along the positions, and applies the tail on the way out.
+tile of TC channels x TP positions (the ``tile`` parameter) of one sample through shared memory, reading runs along
+the channels and writing runs along the positions, and applies the tail on the way out.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ NHWC_KERNEL = c_params(r"""
 // order: out[i] = ew_apply(h at i, other full operands at i, broadcast operands at (i / inner) % size).
 @SUMMARY_C@
 #param FAST_MATH     // __expf / __logf / __fdividef instead of the full-precision functions
-#define TC 32        // channels a tile: a warp's load is one position's run of TC channels
-#define TP 64        // positions a tile: a warp's store is a run of 32 positions of one channel
+#param TC           // channels a tile (a multiple of 32): a warp's load is a run of 32 channels of one position
+#param TP           // positions a tile (a multiple of 32): a warp's store is a run of 32 positions of one channel
 #define THREADS 256
 @MATH@
 @COMMON@
@@ -69,7 +69,7 @@ __device__ __forceinline__ void store_tile(@STORE_PARAMS@)
 template <typename I>
 __device__ __forceinline__ void nhwc_body(@PARAMS_T@, float* __restrict__ y, I N, I C, I P)
 {
-    // +1 column: a warp's loads write down a column of the tile, 65 floats apart, so into 32 different banks
+    // +1 column: a warp's loads write down a column of the tile, TP + 1 (odd) floats apart: 32 different banks
     __shared__ float tile[TC][TP + 1];
     const I c0 = (I)blockIdx.y * TC, p0 = (I)blockIdx.x * TP;
     for (I n = blockIdx.z; n < N; n += gridDim.z) {
@@ -98,7 +98,7 @@ CUDA_SRC = r"""@CUDA_SRC@"""
 _MODULE = cupy.RawModule(code=CUDA_SRC, options=("-std=c++17",))
 @STREAM_PY@
 @FUNCTION_PY@
-_TC, _TP, _THREADS = 32, 64, 256  # the kernel's tile: channels, positions; threads a block
+_TC, _TP, _THREADS = @TC@, @TP@, 256  # the kernel's tile: channels, positions; threads a block
 '''
     + CONSTANTS_PY
     + r"""
@@ -118,6 +118,12 @@ def _launch(
 """
     + MODEL_PY
 )
+
+
+def tile_shape(params: Params) -> tuple[int, int]:
+    """(channels, positions) of a point's ``tile``, e.g. "32x64"."""
+    tc, tp = params["tile"].split("x")
+    return int(tc), int(tp)
 
 
 def nhwc_kernel(spec: dict[str, Any], params: Params, summary: str) -> str:
@@ -144,8 +150,11 @@ def nhwc_kernel(spec: dict[str, Any], params: Params, summary: str) -> str:
             f'extern "C" __global__ void __launch_bounds__(THREADS)\new_nhwc_{suffix}({sig}, float* __restrict__ y, '
             f"{ctype} N, {ctype} C, {ctype} P)\n{{\n    nhwc_body<{ctype}>({names});\n}}\n"
         )
+    tc, tp = tile_shape(params)
     return fill(
         NHWC_KERNEL,
+        TC=tc,
+        TP=tp,
         SUMMARY_C=wrap(summary, "// "),
         FAST_MATH=c_bool(params["fast_math"]),
         MATH=CUDA_MATH,
@@ -169,8 +178,11 @@ def render_nhwc(params: Params, summary: str, template: str) -> str:
         f"_launch(n, tuple(out.shape), {py_tuple(full_ptrs)}, {py_tuple(band_args)}, out.data_ptr(), out.device)"
     )
     lines.append("return out")
+    tc, tp = tile_shape(params)
     return fill(
         NHWC_PY,
+        TC=tc,
+        TP=tp,
         CUDA_SRC=nhwc_kernel(spec, params, summary),
         **candidate_fields(params, summary, template, True, fw, lines, half=True),
     )
