@@ -21,6 +21,7 @@ from agents.builtin.catalog import TEMPLATES
 from agents.builtin.templates_elementwise_epilogue import tail_bias
 from bench.conv_half_accuracy import contender_errors
 from bench.matmul_accuracy import worst
+from tests.conftest import assert_cuda_renderings_compile
 from tests.test_builtin_elementwise import (
     _SHIM,
     CONV,
@@ -90,6 +91,23 @@ def test_it_is_offered_for_convolutions_under_the_relaxed_policy_only(name: str,
     assert not TEMPLATES["epilogue_cuda_half"].fits(linear)  # a linear layer's reference is full fp32
     with pytest.raises(ValueError, match="convolution's tail; its heavy op is a linear"):
         builtin.render("epilogue_cuda_half", {"spec": linear.spec}, "cuda")
+
+
+def test_every_channels_last_point_compiles_with_nvrtc(problems: dict[str, Path]) -> None:
+    # The spread of test_builtin_elementwise changes one parameter at a time from the defaults (the reference's
+    # layout, where the tile is irrelevant): the tiles are rendered here.
+    template = TEMPLATES["epilogue_cuda_half"]
+    points = {}
+    for name in sorted(CONVS):
+        spec = builtin.analyse(load_problem(problems[name]).info).spec
+        for tile in template.param("tile").values:
+            for fast_math in (False, True):
+                params = template.normalise({"spec": spec, "layout": "nhwc", "tile": tile, "fast_math": fast_math})
+                points[json.dumps(params, sort_keys=True)] = params
+    assert len(points) == 3 * 4  # three tiles; fast math only where a tail has a transcendental (conv_tail's tanh)
+    assert_cuda_renderings_compile(
+        (template.name, p, builtin.render(template.name, p, "cuda")) for p in points.values()
+    )
 
 
 @pytest.mark.parametrize("name", sorted(CONVS))
