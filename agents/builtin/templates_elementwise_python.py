@@ -153,10 +153,8 @@ class Forward:
                 why = "cuDNN in fp16" + (", channels last" if layout else "")
             else:
                 call, why = heavy_call(self.spec, params["bias"] == "library"), "the heavy op stays in the library"
-            if layout:  # the tail kernel reads that order: cuDNN writes it, and then this copies nothing
-                lines += [f"h = {call}  # {why}", f"h = h.contiguous(memory_format={layout})"]
-            else:
-                lines += [f"h = {call}  # {why}", "h = h.contiguous()"]
+            # Channels-last, the tail kernel reads that order: cuDNN writes it, and then this copies nothing.
+            lines += [f"h = {call}  # {why}", f"h = h.contiguous({f'memory_format={layout}' if layout else ''})"]
             if half:
                 lines.append("out = torch.empty(h.shape, dtype=_F32, device=h.device)")
             else:
