@@ -32,6 +32,8 @@ FAMILY = {
     "gelu_chain_small": "elementwise",
     "linear_relu_small": "epilogue",
 }
+# Templates that compute one kind of their family's problems, and a problem of that kind.
+OWN_PROBLEM = {"epilogue_cuda_half": "suite/conv2d_scale_clamp_64x32x128x128"}  # convolutions only
 QUICK = TimingConfig(min_trials=20, min_seconds=0.1)
 
 
@@ -326,10 +328,13 @@ def cuda_spread() -> list[tuple[str, dict]]:
     points: dict[str, tuple[str, dict]] = {}
     # Templates that render the problem's own expression (elementwise, epilogue) take its spec.
     specs = {f: builtin.analyse(info(name)).extras().get("spec") for name, f in FAMILY.items()}
+    # A template for one kind of its family's problems takes a problem of that kind.
+    specs |= {name: builtin.analyse(info(problem)).spec for name, problem in OWN_PROBLEM.items()}
     for t in TEMPLATES.values():
         if t.device != "cuda":
             continue
-        spec = {"spec": specs[t.family]} if "spec" in t.extras and specs.get(t.family) else {}
+        spec_of = specs.get(t.name, specs.get(t.family))
+        spec = {"spec": spec_of} if "spec" in t.extras and spec_of else {}
         defaults = {**t.defaults(), **spec}
         candidates = [defaults] + [{**defaults, p.name: v} for p in t.params for v in p.values]
         for raw in candidates:
