@@ -682,14 +682,19 @@ HALF_PTX = 'asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));'
 HALF_CPP = "{ _Float16 v; std::memcpy(&v, &h, 2); f = (float)v; }"
 
 
-def _emulated(src: str, nf: int, nb: int, block: int, halves: frozenset[int] = frozenset()) -> ctypes.CDLL:
-    """The candidate's CUDA source compiled as C++ with a driver per kernel: run_<kernel>(grid, args...).
-    ``halves``: the full operands the kernel reads as fp16."""
-    cuda = next(
+def cuda_source(src: str) -> str:
+    """The ``CUDA_SRC`` literal of a rendered candidate."""
+    return next(
         node.value.value
         for node in ast.parse(src).body
         if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CUDA_SRC"
     )
+
+
+def _emulated(src: str, nf: int, nb: int, block: int, halves: frozenset[int] = frozenset()) -> ctypes.CDLL:
+    """The candidate's CUDA source compiled as C++ with a driver per kernel: run_<kernel>(grid, args...).
+    ``halves``: the full operands the kernel reads as fp16."""
+    cuda = cuda_source(src)
     if halves:
         assert HALF_PTX in cuda
         cuda = cuda.replace(HALF_PTX, HALF_CPP)

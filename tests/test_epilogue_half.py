@@ -5,21 +5,18 @@ suite's convolutions beside the TF32 the reference runs at (bench/conv_half_accu
 
 from __future__ import annotations
 
-import ast
 import ctypes
 import json
 from pathlib import Path
 
 import pytest
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 from agents import builtin
 from agents.builtin import pointwise
 from agents.builtin.catalog import TEMPLATES
 from agents.builtin.templates_elementwise_epilogue import tail_bias
-from bench.conv_half_accuracy import contender_errors
+from bench.conv_half_accuracy import bias_free, contender_errors
 from bench.matmul_accuracy import worst
 from tests.conftest import assert_cuda_renderings_compile
 from tests.test_builtin_elementwise import (
@@ -30,6 +27,7 @@ from tests.test_builtin_elementwise import (
     HALF_PTX,
     _emulated,
     _run_emulated,
+    cuda_source,
     write_problems,
 )
 from tools.checks import static_findings
@@ -61,15 +59,6 @@ def get_init_inputs():
 """
 # Each problem's source, and the attribute that holds its convolution.
 CONVS = {"conv_tail": (CONV, "conv"), "conv_t_tail": (CONV_T, "up"), "conv_wide": (CONV_WIDE, "conv")}
-
-
-def heavy_op(conv: nn.Module, x: torch.Tensor, with_bias: bool) -> torch.Tensor:
-    b = conv.bias if with_bias else None
-    if isinstance(conv, nn.ConvTranspose2d):
-        return F.conv_transpose2d(
-            x, conv.weight, b, conv.stride, conv.padding, conv.output_padding, conv.groups, conv.dilation
-        )
-    return F.conv2d(x, conv.weight, b, conv.stride, conv.padding, conv.dilation, conv.groups)
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +119,8 @@ def fp16_case(path: Path, conv_attr: str, bias: str) -> tuple[torch.Tensor, torc
     conv = getattr(model, conv_attr)
     keep_bias = bias == "library"
     with torch.no_grad():
-        h16 = heavy_op(conv, x, keep_bias).half()
+        h = bias_free(conv, x, conv.weight)
+        h16 = (h + conv.bias.view(-1, 1, 1) if keep_bias else h).half()
         heavy = h16.float() if keep_bias else h16.float() + conv.bias.view(-1, 1, 1)
         conv.forward = lambda _: heavy  # the reference's tail, in fp32, on those values
         expected = model(x)
@@ -176,11 +166,7 @@ _THREADED_SHIM = _SHIM.replace(
 
 def _emulated_nhwc(src: str, nb: int) -> ctypes.CDLL:
     """The channels-last tail's CUDA compiled as C++ with run_<kernel>(gx, gy, gz, args...) for both entries."""
-    cuda = next(
-        node.value.value
-        for node in ast.parse(src).body
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CUDA_SRC"
-    )
+    cuda = cuda_source(src)
     assert HALF_PTX in cuda
     drivers = []
     for kernel, ctype in (("ew_nhwc_i32", "unsigned int"), ("ew_nhwc_i64", "long long")):
