@@ -1,7 +1,7 @@
 """Where a candidate's time goes: the host's part and the GPU's, beside the eager reference, for template points.
 
     python bench/host_device_split.py PROBLEM [--point TEMPLATE:JSON ...] [--sweep NAME=V1,V2 ...]
-                                      [--calls 200] [--burst 50] [--json FILE] [--audit] [--after-eager]
+                                      [--calls 200] [--burst 50] [--json FILE] [--audit] [--after-eager] [--compile]
 
 The harness synchronises before each timed call, so a call's time is its host work up to the launch plus the
 GPU's. For the eager reference and every point this prints a Markdown row of medians:
@@ -19,7 +19,8 @@ GPU's. For the eager reference and every point this prints a Markdown row of med
   (``zero_`` of a buffer twice the L2, which leaves it full of dirty lines for the timed call to write back).
 
 ``--after-eager`` calls the reference, untimed, before each timed call of a point (the harness's trials
-interleave the contenders, so another one's work always comes between two calls of one).
+interleave the contenders, so another one's work always comes between two calls of one). ``--compile`` adds a row
+for ``torch.compile(reference)``, the harness's other reference.
 
 Points are the builtin team's first-round seeds for the problem unless ``--point`` names some (params as
 JSON, merged over the seed of that template, which carries the problem's spec). ``--sweep tpr=32,64
@@ -180,6 +181,12 @@ def main() -> None:
         "trials put other contenders between two calls of one",
     )
     parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="also time torch.compile's reference (compiled and warmed up first, as the harness does), a row after "
+        "eager's",
+    )
+    parser.add_argument(
         "--flush",
         choices=("read", "write"),
         default="read",
@@ -220,6 +227,10 @@ def main() -> None:
     with torch.no_grad(), audit:
         eager = measure(reference, inputs, timers, args.calls, args.burst)
         report("eager", eager, eager["call_us"])
+        if args.compile:
+            compiled = torch.compile(reference)
+            compiled(*inputs)  # compiles now, outside the timed calls
+            report("torch.compile", measure(compiled, inputs, timers, args.calls, args.burst), eager["call_us"])
         shape_facts = ("spec", "op", "eps")
         for template, params in points_for(args.problem, args.point, args.sweep):
             shown = {k: v for k, v in params.items() if k not in shape_facts}
