@@ -565,6 +565,8 @@ def check(problem_path: Path, template: str, params: dict, sandbox: LocalSandbox
     assert "second-shape check skipped" not in ev.result.details, where
     worst = ev.result.correctness.worst("max_abs_error")
     bound = 1e-4 if "strict" in TEMPLATES[template].policies else 1e-3  # bf16x3: ~2^-16 of each product
+    if template == "epilogue_cuda_half":  # the fp16 result rounds each value by up to 2^-11 of it (about 1.4e-3
+        bound = 5e-3  # on these problems emulated, beside the reference's own TF32 error)
     assert worst is not None and worst < bound, f"{where}: error {worst}"
     own_gemm = ("epilogue_cuda_bf16x3", "epilogue_cuda_wgmma")
     if TEMPLATES[template].family == "epilogue" and template not in own_gemm:
