@@ -30,6 +30,7 @@ from agents.builtin.templates_elementwise_cuda import (
 )
 from agents.builtin.templates_elementwise_expression import expression_text, pointwise_ops, transcendental
 from agents.builtin.templates_elementwise_gemm_tail import gemm_tail_fits
+from agents.builtin.templates_elementwise_nhwc import tile_shape
 from agents.builtin.templates_elementwise_python import channels_last
 
 H200_SMS = 132
@@ -109,7 +110,7 @@ def _tail_text(p: Params, cuda: bool) -> str:
 
 
 def _tile_text(p: Params) -> str:
-    channels, positions = p["tile"].split("x")
+    channels, positions = tile_shape(p)
     return f"{channels}-channel x {positions}-position"
 
 

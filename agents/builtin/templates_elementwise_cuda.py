@@ -16,7 +16,7 @@ from agents.builtin import templates_matmul_wgmma
 from agents.builtin._text import c_bool, c_params, fill, wrap
 from agents.builtin.templates_elementwise_expression import Expression, long_chain
 from agents.builtin.templates_elementwise_gemm_tail import render_gemm_tail
-from agents.builtin.templates_elementwise_math import BAND_INDEX_CU, COMMON, CUDA_MATH, HALF_CU
+from agents.builtin.templates_elementwise_math import BAND_INDEX_CU, COMMON, CUDA_MATH, HALF_CU, index_typed
 from agents.builtin.templates_elementwise_nhwc import render_nhwc
 from agents.builtin.templates_elementwise_python import (
     CONSTANTS_PY,
@@ -183,7 +183,7 @@ def _cuda_kernel(spec: dict[str, Any], params: Params, summary: str, inplace: bo
     call_args = ", ".join([f"f{k}" for k in range(nf)] + [f"b{k}, inner{k}, size{k}" for k in range(nb)] + ["y", "n"])
     for kind in ("scalar", "vec"):
         for suffix, ctype in (("i32", "unsigned int"), ("i64", "long long")):
-            sig = params_t.replace("I inner", f"{ctype} inner").replace("I size", f"{ctype} size")
+            sig = index_typed(params_t, ctype)
             entry = (
                 f'extern "C" __global__ void __launch_bounds__(BLOCK)\new_{kind}_{suffix}({sig}, float* ALIAS y, '
                 f"{ctype} n)\n{{\n    {kind}_body<{ctype}>({call_args});\n}}\n"

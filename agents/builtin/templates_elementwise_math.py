@@ -72,6 +72,12 @@ __device__ __forceinline__ I band_index(I i, I inner, I size)
     return size == 1 ? (I)0 : (inner == 1 ? i % size : (i / inner) % size);
 }"""
 
+
+def index_typed(params: str, ctype: str) -> str:
+    """A kernel body's parameter list (``I inner0, I size0`` ...) with the entry point's index type for ``I``."""
+    return params.replace("I inner", f"{ctype} inner").replace("I size", f"{ctype} size")
+
+
 CPU_MATH = r"""
 #include <math.h>
 #include <stdbool.h>

@@ -18,7 +18,7 @@ from typing import Any
 
 from agents.builtin._text import c_bool, c_params, fill, wrap
 from agents.builtin.templates_elementwise_expression import Expression, long_chain
-from agents.builtin.templates_elementwise_math import BAND_INDEX_CU, COMMON, CUDA_MATH, HALF_CU
+from agents.builtin.templates_elementwise_math import BAND_INDEX_CU, COMMON, CUDA_MATH, HALF_CU, index_typed
 from agents.builtin.templates_elementwise_python import (
     CONSTANTS_PY,
     DOC_PY,
@@ -144,7 +144,7 @@ def nhwc_kernel(spec: dict[str, Any], params: Params, summary: str) -> str:
     store_args = [f"f{k}" for k in others] + band_names + ["tile", "y", "n", "c0", "p0", "C", "P"]
     entries = []
     for suffix, ctype in (("i32", "unsigned int"), ("i64", "long long")):
-        sig = ", ".join(full_t + bands_t).replace("I inner", f"{ctype} inner").replace("I size", f"{ctype} size")
+        sig = index_typed(", ".join(full_t + bands_t), ctype)
         names = ", ".join([f"f{k}" for k in range(nf)] + band_names + ["y", "N", "C", "P"])
         entries.append(
             f'extern "C" __global__ void __launch_bounds__(THREADS)\new_nhwc_{suffix}({sig}, float* __restrict__ y, '
