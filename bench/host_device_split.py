@@ -2,6 +2,7 @@
 
     python bench/host_device_split.py PROBLEM [--point TEMPLATE:JSON ...] [--sweep NAME=V1,V2 ...]
                                       [--calls 200] [--burst 50] [--json FILE] [--audit] [--after-eager] [--compile]
+                                      [--kernels N] [--cudnn-benchmark]
 
 The harness synchronises before each timed call, so a call's time is its host work up to the launch plus the
 GPU's. For the eager reference and every point this prints a Markdown row of medians:
@@ -17,6 +18,12 @@ GPU's. For the eager reference and every point this prints a Markdown row of med
 - held: the harness's measure now (``CudaTimer(hold_ms=1.0)``: L2 flushed, the stream held while the host
   enqueues the call, events around its GPU work); ``--flush write`` flushes as the harness did before
   (``zero_`` of a buffer twice the L2, which leaves it full of dirty lines for the timed call to write back).
+
+``--kernels N`` profiles five more calls of each contender (torch's profiler, ``bench/kernel_times.py``) and lists,
+after the table, its N costliest kernels with their device time a call: where a library op's time goes (casts,
+the library's kernel, the tail). ``--cudnn-benchmark`` turns ``torch.backends.cudnn.benchmark`` on for every
+contender, the references included: cuDNN then times its algorithms on a shape's first call and keeps the fastest,
+where by default (off) its heuristics pick one. The harness never turns it on.
 
 ``--after-eager`` calls the reference, untimed, before each timed call of a point (the harness's trials
 interleave the contenders, so another one's work always comes between two calls of one). ``--compile`` adds a row
@@ -51,6 +58,7 @@ import torch  # noqa: E402
 from agents.builtin.catalog import TEMPLATES, render  # noqa: E402
 from agents.builtin.recognise import analyse  # noqa: E402
 from agents.builtin.seeds import seeds  # noqa: E402
+from bench.kernel_times import kernel_lines, kernel_times  # noqa: E402
 from bench.kernel_variants import COPY_BYTES_PER_S  # noqa: E402
 from tools.correctness import compare, flatten_outputs  # noqa: E402
 from tools.problem import Problem, build_model, exec_source, load_problem, make_inputs  # noqa: E402
@@ -193,7 +201,22 @@ def main() -> None:
         help="how the L2 is flushed before each timed call (tools.timing.CudaTimer): read a buffer twice its size "
         "(the harness's default), or write one (the harness before)",
     )
+    parser.add_argument(
+        "--kernels",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after the table, each contender's N costliest kernels and their device time a call (0: none)",
+    )
+    parser.add_argument(
+        "--cudnn-benchmark",
+        action="store_true",
+        help="torch.backends.cudnn.benchmark on for every contender (cuDNN times its algorithms and keeps the fastest)",
+    )
     args = parser.parse_args()
+    if args.kernels < 0:
+        parser.error(f"--kernels must be 0 or more, got {args.kernels}")
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark
 
     device, problem, init, reference, inputs = on_the_gpu(args.problem)
     with torch.no_grad():
@@ -203,15 +226,21 @@ def main() -> None:
     print(
         f"{problem.info.name} on {torch.cuda.get_device_name(device)}, torch {torch.__version__}; "
         f"copy floor {floor_us:.1f} µs ({problem.info.bytes_moved / 2**20:.0f} MiB moved); "
-        f"L2 flushed by a {args.flush}\n"
+        f"L2 flushed by a {args.flush}; cuDNN benchmark {'on' if args.cudnn_benchmark else 'off'}\n"
     )
     columns = ("call µs", "device µs", "host µs", "host after sync µs", "call − device", "vs eager (call)")
     columns += ("% floor (call)", "% floor (device)", "held µs", "% floor (held)")
     print(f"| contender | {' | '.join(columns)} |\n|---|{'---|' * len(columns)}")
     rows: list[dict[str, Any]] = []
+    profiles: list[tuple[str, list[str]]] = []
 
-    def report(name: str, m: dict[str, float], eager_us: float) -> None:
-        rows.append({"contender": name, **m})
+    def report(name: str, m: dict[str, float], eager_us: float, fn: Callable[..., Any]) -> None:
+        row: dict[str, Any] = {"contender": name, **m}
+        if args.kernels:
+            times = kernel_times(fn, inputs, device)
+            row["kernels"] = [vars(k) for k in times]
+            profiles.append((name, kernel_lines(times, args.kernels)))
+        rows.append(row)
         print(
             f"| {name} | {m['call_us']:.1f} | {m['device_us']:.1f} | {m['host_us']:.1f} | {m['synced_host_us']:.1f} | "
             f"{m['call_us'] - m['device_us']:.1f} | {eager_us / m['call_us']:.3f}× | "
@@ -226,11 +255,12 @@ def main() -> None:
         print("(timed with the worker's audit hook installed and on)\n")
     with torch.no_grad(), audit:
         eager = measure(reference, inputs, timers, args.calls, args.burst)
-        report("eager", eager, eager["call_us"])
+        report("eager", eager, eager["call_us"], reference)
         if args.compile:
             compiled = torch.compile(reference)
             compiled(*inputs)  # compiles now, outside the timed calls
-            report("torch.compile", measure(compiled, inputs, timers, args.calls, args.burst), eager["call_us"])
+            timed = measure(compiled, inputs, timers, args.calls, args.burst)
+            report("torch.compile", timed, eager["call_us"], compiled)
         shape_facts = ("spec", "op", "eps")
         for template, params in points_for(args.problem, args.point, args.sweep):
             shown = {k: v for k, v in params.items() if k not in shape_facts}
@@ -249,9 +279,12 @@ def main() -> None:
                     print(f"| {name} | wrong output: {check.reason} | | | | | | | | | |")
                     continue
                 between = (lambda: after_eager(reference, inputs, args.warm_host_us)) if args.after_eager else None
-                report(name, measure(candidate, inputs, timers, args.calls, args.burst, between), eager["call_us"])
+                timed = measure(candidate, inputs, timers, args.calls, args.burst, between)
+                report(name, timed, eager["call_us"], candidate)
             except Exception as exc:  # one failing point is a row of the table, not the end of the sweep
                 print(f"| {name} | failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]} | | | | | | | | | |")
+    for name, lines in profiles:
+        print(f"\nKernels of {name} (torch's profiler, device time a call):\n" + "\n".join(lines))
     if args.json:
         Path(args.json).write_text(json.dumps({"problem": args.problem, "floor_us": floor_us, "rows": rows}, indent=1))
 

@@ -115,8 +115,32 @@ def markdown(record: dict[str, Any]) -> str:
         f"{s['kernels_selected']}. Correct results: {x(None if rate is None else 100 * rate, '.0f', '%')}.",
         f"- Search wall time {s['search_wall_s']:.0f} s in all, {s['candidates']} candidates.",
         *precision_notes(rows),
+        *tried_lines(rows),
     ]
     return "\n".join(lines) + "\n"
+
+
+def tried_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Under the table, each finished problem's candidates on one line: the point (parameters moved from the
+    template's defaults), then its time and speedup against the faster reference, or its verdict if it has none.
+    The selected kernel is one of them; the others say how close the search came, and which points lost."""
+    out = []
+    for r in rows:
+        if r["status"] != "done" or not r.get("tried"):
+            continue  # rows recorded before candidates were kept have no "tried"
+        parts = []
+        for c in r["tried"]:
+            point = " ".join(f"{k}={v}" for k, v in c["params"].items())
+            what = f"`{c['template']}`" + (f" {point}" if point else "") if c["template"] else "a written kernel"
+            if c["verdict"] == "accepted" and c["speedup_vs_best"] is not None:
+                result = f"{c['ms']:.4f} ms, {c['speedup_vs_best']:.3f}×"
+            else:
+                result = c["verdict"] or c["status"] or "not evaluated"
+            parts.append(f"{c['id']} {what}: {result}")
+        out.append(f"- {r['name']}: " + "; ".join(parts))
+    if not out:
+        return []
+    return ["", "Every candidate (time, and speedup against the faster reference):", "", *out]
 
 
 # --------------------------------------------------------------------------------------------- main

@@ -1,8 +1,13 @@
-"""bench/host_device_split.py picks its points as the builtin planner would send them (CPU: no launch here)."""
+"""bench/host_device_split.py picks its points as the builtin planner would send them, and bench/kernel_times.py lists a
+call's kernels (CPU: aten ops; no launch here)."""
 
 from __future__ import annotations
 
+import pytest
+import torch
+
 from bench.host_device_split import points_for
+from bench.kernel_times import kernel_lines, kernel_times
 from tests.conftest import PROBLEMS
 
 SUM = str(PROBLEMS / "suite" / "sum_lastdim_4096x16384.py")
@@ -25,3 +30,22 @@ def test_a_sweep_varies_the_first_seed_and_a_named_point_keeps_the_facts() -> No
 def test_a_named_point_of_a_template_outside_the_seeds_keeps_the_facts_too() -> None:
     ((template, p),) = points_for(SUM, ['reduce_cuda_inner:{"bx": 32}'], [])
     assert template == "reduce_cuda_inner" and p["bx"] == 32 and p["op"] == "sum" and '"dims": [1]' in p["spec"]
+
+
+def test_kernel_times_lists_each_op_of_a_call_costliest_first() -> None:
+    x = torch.randn(384, 384)
+
+    def call(a: torch.Tensor) -> torch.Tensor:
+        return torch.relu(a @ a) + 1.0
+
+    times = kernel_times(call, [x], torch.device("cpu"), calls=3)
+    by_name = {k.name: k for k in times}
+    assert {"aten::mm", "aten::relu", "aten::add"} <= set(by_name), sorted(by_name)
+    assert by_name["aten::mm"].launches_per_call == 1  # counted over 3 calls, divided by 3
+    assert [k.us_per_call for k in times] == sorted((k.us_per_call for k in times), reverse=True)
+    assert times[0].name == "aten::mm"  # 384³ multiply-adds outweigh two passes over 384² values
+    lines = kernel_lines(times, top=1)
+    assert lines[0].startswith(f"- {times[0].us_per_call:.1f} µs (") and lines[0].endswith("`aten::mm`")
+    assert lines[1].endswith(f"in {len(times) - 1} other kernels") and lines[-1].startswith("- total ")
+    with pytest.raises(ValueError, match="calls must be at least 1"):
+        kernel_times(call, [x], torch.device("cpu"), calls=0)

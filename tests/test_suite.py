@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from graphs.batch.rows import tried
 from tests.conftest import PROBLEMS, ROOT
 from tools.problem import TensorSpec, check_fits, load_problem
 
@@ -178,6 +179,10 @@ def test_suite_runs_the_builtin_team_writes_the_table_and_resumes(tmp_path: Path
         assert ln["verified"] is True
         assert (runs / ln["run_id"] / "best" / "model_new.py").exists()
     assert ln["pct_roofline"] > 0
+    # Every candidate is kept in brief: the point without the problem's facts, its verdict and its time.
+    (tried,) = ln["tried"]
+    assert tried["id"] == "c1-0" and tried["template"] and tried["verdict"] == "accepted"
+    assert tried["ms"] > 0 and "spec" not in tried["params"] and "eps" not in tried["params"]
 
     sort = rows["sort_small"]
     assert sort["family"] == "no builtin idea applies"
@@ -198,6 +203,9 @@ def test_suite_runs_the_builtin_team_writes_the_table_and_resumes(tmp_path: Path
     assert len(table) == 3 and all(line.count("|") == 15 for line in table)
     assert any(line.startswith("| sort_small |") and "reference stands" in line for line in table)
     assert f"**{s['geomean_vs_best']:.3f}× vs the faster of eager and torch.compile**" in md
+    line = f"- layernorm_small: c1-0 `{tried['template']}`"
+    assert line in md and md.count("\n- sort_small:") == 0  # no candidates, no line
+    assert f"{tried['ms']:.4f} ms, {tried['speedup_vs_best']:.3f}×" in md.split(line)[1].splitlines()[0]
 
     # Again, same settings, with the time budget already spent and one more problem: both finished runs
     # are read back (nothing is searched again), and the new problem waits for the next call.
@@ -296,6 +304,32 @@ def test_a_kernel_below_the_problem_s_precision_is_marked_and_said_under_the_tab
         "relaxed policy allows within its tolerance: matmul (C/CUDA source computes in bfloat16 ('.bf16x2'); "
         "uses torch.bfloat16, below the problem's precision)."
     )
+
+
+def test_each_candidate_is_kept_in_brief_and_listed_under_the_table() -> None:
+    bench_suite = _load_script()
+    spec = json.dumps({"heavy": {"op": "conv"}})
+    candidates = [
+        {"id": "c1-0", "template": "epilogue_cuda_half", "status": "ok", "verdict": "accepted"}
+        | {"params": {"spec": spec, "layout": "nhwc", "block": 256}, "timing": {"candidate": 1.25}}
+        | {"speedup_vs_best": 0.652},
+        {"id": "c1-1", "template": "epilogue_cuda_half", "status": "ok", "verdict": "rejected"}
+        | {"params": {"spec": spec, "items": 4}, "timing": {"candidate": 0.5}, "speedup_vs_best": 1.63},
+        {"id": "c2-0", "template": None, "status": "compile_error", "verdict": None, "params": None},
+    ]
+    kept = [tried(c) for c in candidates]
+    # Only the parameters a point moved from the template's defaults; the problem's facts (spec) left out.
+    assert [c["params"] for c in kept] == [{"layout": "nhwc"}, {"items": 4}, {}]
+    assert [c["ms"] for c in kept] == [1.25, 0.5, None]
+    rows = [_done_row("conv") | {"tried": kept}, _done_row("relu") | {"tried": []}, _done_row("old")]
+    record = {"date": "2026-12-05", "commit": "abc1234", "device": "cuda", "command": "python3 bench/suite.py"}
+    md = bench_suite.markdown(record | {"rows": rows, "summary": bench_suite.summarise(rows)})
+    listed = [line for line in md.splitlines() if line.startswith("- conv: ")]
+    assert listed == [
+        "- conv: c1-0 `epilogue_cuda_half` layout=nhwc: 1.2500 ms, 0.652×; "
+        "c1-1 `epilogue_cuda_half` items=4: rejected; c2-0 a written kernel: compile_error"
+    ]
+    assert "- relu:" not in md and "- old:" not in md  # no candidates, or a row recorded before they were kept
 
 
 def test_slices_run_apart_merge_into_one_table(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from agents import builtin
+from agents.builtin.catalog import TEMPLATES
 from graphs.batch.problems import explain
 from graphs.batch.runner import read_record
 from graphs.runs import PROJECT_ROOT, RunPaths, load_state
@@ -142,6 +143,7 @@ def row_for(name: str, problem: Problem, paths: RunPaths, how: str, fresh: bool)
         )
     row["verified"] = verified(row, fresh)
     row.update(best_kernel(row, candidates))
+    row["tried"] = [tried(c) for c in candidates]
     row["outcome"] = outcome(row)
     return row
 
@@ -180,6 +182,26 @@ def best_kernel(row: dict[str, Any], candidates: list[dict[str, Any]]) -> dict[s
         "kernel_template": fastest.get("template") if fastest else None,
         "kernel_speedup_vs_eager": fastest["speedup_vs_eager"] if fastest else None,
         "kernel_speedup_vs_best": fastest.get("speedup_vs_best") if fastest else None,
+    }
+
+
+def tried(c: dict[str, Any]) -> dict[str, Any]:
+    """One candidate of the search in brief, so a table's record says what lost and by how much: its template
+    point (the searched parameters a builtin point moved from their defaults; the problem's facts left out), its
+    verdict, its time and its speedup against the faster reference (None: not timed)."""
+    template = TEMPLATES.get(c.get("template") or "")
+    params = c.get("params") or {}
+    moved = {} if template is None else {p.name: params[p.name] for p in template.params if p.name in params}
+    if template is not None:
+        moved = {k: v for k, v in moved.items() if v != template.param(k).default}
+    return {
+        "id": c["id"],
+        "template": c.get("template"),
+        "params": moved,
+        "status": c.get("status"),
+        "verdict": c.get("verdict"),
+        "ms": (c.get("timing") or {}).get("candidate"),
+        "speedup_vs_best": c.get("speedup_vs_best"),
     }
 
 
