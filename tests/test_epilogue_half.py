@@ -16,6 +16,7 @@ from agents import builtin
 from agents.builtin import pointwise
 from agents.builtin.catalog import TEMPLATES
 from agents.builtin.templates_elementwise_epilogue import tail_bias
+from agents.builtin.templates_elementwise_nhwc import FLOAT_HALF_PTX
 from bench.conv_half_accuracy import bias_free, contender_errors
 from bench.matmul_accuracy import worst
 from tests.conftest import assert_cuda_renderings_compile
@@ -57,6 +58,8 @@ def get_inputs():
 def get_init_inputs():
     return []
 """
+# The cast kernel's PTX (fp32 to fp16, rounded to nearest even) and its C++ for the emulation.
+FLOAT_HALF_CPP = "{ _Float16 v = (_Float16)f; std::memcpy(&h, &v, 2); }"
 # Each problem's source, and the attribute that holds its convolution.
 CONVS = {"conv_tail": (CONV, "conv"), "conv_t_tail": (CONV_T, "up"), "conv_wide": (CONV_WIDE, "conv")}
 
@@ -84,16 +87,19 @@ def test_it_is_offered_for_convolutions_under_the_relaxed_policy_only(name: str,
 
 def test_every_channels_last_point_compiles_with_nvrtc(problems: dict[str, Path]) -> None:
     # The spread of test_builtin_elementwise changes one parameter at a time from the defaults (the reference's
-    # layout, where the tile is irrelevant): the tiles are rendered here.
+    # layout, where the tile and the cast are irrelevant): they are rendered here.
     template = TEMPLATES["epilogue_cuda_half"]
     points = {}
     for name in sorted(CONVS):
         spec = builtin.analyse(load_problem(problems[name]).info).spec
         for tile in template.param("tile").values:
             for fast_math in (False, True):
-                params = template.normalise({"spec": spec, "layout": "nhwc", "tile": tile, "fast_math": fast_math})
-                points[json.dumps(params, sort_keys=True)] = params
-    assert len(points) == 3 * 4  # three tiles; fast math only where a tail has a transcendental (conv_tail's tanh)
+                for cast in template.param("cast").values:
+                    point = {"spec": spec, "layout": "nhwc", "tile": tile, "fast_math": fast_math, "cast": cast}
+                    params = template.normalise(point)
+                    points[json.dumps(params, sort_keys=True)] = params
+    # Three tiles, two casts; fast math only where a tail has a transcendental (conv_tail's tanh).
+    assert len(points) == 3 * 4 * 2
     assert_cuda_renderings_compile(
         (template.name, p, builtin.render(template.name, p, "cuda")) for p in points.values()
     )
@@ -164,34 +170,28 @@ _THREADED_SHIM = _SHIM.replace(
 )
 
 
-def _emulated_nhwc(src: str, nb: int) -> ctypes.CDLL:
-    """The channels-last tail's CUDA compiled as C++ with run_<kernel>(gx, gy, gz, args...) for both entries."""
-    cuda = cuda_source(src)
-    assert HALF_PTX in cuda
-    drivers = []
-    for kernel, ctype in (("ew_nhwc_i32", "unsigned int"), ("ew_nhwc_i64", "long long")):
-        params = ["const unsigned short* f0"] + [
-            f"const float* b{k}, {ctype} inner{k}, {ctype} size{k}" for k in range(nb)
-        ]
-        names = ["f0"] + [f"b{k}, inner{k}, size{k}" for k in range(nb)] + ["y", "N", "C", "P"]
-        drivers.append(
-            f'extern "C" void run_{kernel}(unsigned gx, unsigned gy, unsigned gz, {", ".join(params)}, float* y, '
-            f"{ctype} N, {ctype} C, {ctype} P)\n{{\n"
-            "    gridDim.x = gx; gridDim.y = gy; gridDim.z = gz;\n"
-            "    std::barrier<> bar(256);\n    emu_barrier = &bar;\n"
-            "    for (unsigned z = 0; z < gz; ++z)\n"
-            "    for (unsigned by = 0; by < gy; ++by)\n"
-            "    for (unsigned bx = 0; bx < gx; ++bx) {\n"
-            "        blockIdx.x = bx; blockIdx.y = by; blockIdx.z = z;\n"
-            "        std::vector<std::thread> threads;\n"
-            "        for (unsigned t = 0; t < 256; ++t)\n"
-            f"            threads.emplace_back([=] {{ threadIdx.x = t; {kernel}({', '.join(names)}); }});\n"
-            "        for (auto& t : threads) t.join();\n"
-            "    }\n}\n"
-        )
+def _threaded_driver(kernel: str, params: list[str], names: list[str]) -> str:
+    """C++ ``run_<kernel>(gx, gy, gz, params...)``: every block of the grid in turn, a std::thread per CUDA thread."""
+    return (
+        f'extern "C" void run_{kernel}(unsigned gx, unsigned gy, unsigned gz, {", ".join(params)})\n{{\n'
+        "    gridDim.x = gx; gridDim.y = gy; gridDim.z = gz;\n"
+        "    std::barrier<> bar(256);\n    emu_barrier = &bar;\n"
+        "    for (unsigned z = 0; z < gz; ++z)\n"
+        "    for (unsigned by = 0; by < gy; ++by)\n"
+        "    for (unsigned bx = 0; bx < gx; ++bx) {\n"
+        "        blockIdx.x = bx; blockIdx.y = by; blockIdx.z = z;\n"
+        "        std::vector<std::thread> threads;\n"
+        "        for (unsigned t = 0; t < 256; ++t)\n"
+        f"            threads.emplace_back([=] {{ threadIdx.x = t; {kernel}({', '.join(names)}); }});\n"
+        "        for (auto& t : threads) t.join();\n"
+        "    }\n}\n"
+    )
+
+
+def _emulated_threaded(cuda: str, drivers: list[str], name: str) -> ctypes.CDLL:
     report = build_c(
-        _THREADED_SHIM + cuda.replace(HALF_PTX, HALF_CPP) + "\n".join(drivers),
-        name="ew_nhwc_emulated",
+        _THREADED_SHIM + cuda.replace(HALF_PTX, HALF_CPP).replace(FLOAT_HALF_PTX, FLOAT_HALF_CPP) + "\n".join(drivers),
+        name=name,
         lang="c++",
         # -fno-gnu-unique: the tile, a static in an inline function, would otherwise be one object for every library
         # this process loads whose kernel has the same signature (GCC marks such statics unique process-wide), so a
@@ -200,6 +200,25 @@ def _emulated_nhwc(src: str, nb: int) -> ctypes.CDLL:
     )
     assert report.ok, report.log
     return ctypes.CDLL(report.artifact)
+
+
+def _emulated_nhwc(src: str, nb: int) -> ctypes.CDLL:
+    """The channels-last tail's CUDA compiled as C++ with run_<kernel>(gx, gy, gz, args...) for both entries, and
+    the input's cast kernel's where the point has it."""
+    cuda = cuda_source(src)
+    assert HALF_PTX in cuda
+    drivers = []
+    for suffix, ctype in (("i32", "unsigned int"), ("i64", "long long")):
+        params = ["const unsigned short* f0"] + [
+            f"const float* b{k}, {ctype} inner{k}, {ctype} size{k}" for k in range(nb)
+        ]
+        names = ["f0"] + [f"b{k}, inner{k}, size{k}" for k in range(nb)] + ["y", "N", "C", "P"]
+        scalars = [f"{ctype} N", f"{ctype} C", f"{ctype} P"]
+        drivers.append(_threaded_driver(f"ew_nhwc_{suffix}", [*params, "float* y", *scalars], names))
+        if FLOAT_HALF_PTX in cuda:
+            cast = ["const float* x", "unsigned short* xh", *scalars]
+            drivers.append(_threaded_driver(f"to_nhwc_half_{suffix}", cast, ["x", "xh", "N", "C", "P"]))
+    return _emulated_threaded(cuda, drivers, "ew_nhwc_emulated")
 
 
 @pytest.mark.parametrize("name", sorted(CONVS))
@@ -223,6 +242,35 @@ def test_the_channels_last_tail_transposes_the_fp16_result_when_emulated(
             args += [ctypes.c_void_p(t.data_ptr()), c(inner), c(size)]
         getattr(lib, f"run_{kernel}")(*args, ctypes.c_void_p(y.data_ptr()), c(batch), c(channels), c(positions))
         torch.testing.assert_close(y, expected, atol=1e-6, rtol=1e-6, msg=kernel)
+
+
+# Inputs of 2-D and 3-D convolutions: channels more than one tile (32) and fewer, positions no tile (64) divides.
+@pytest.mark.parametrize("shape", [(3, 40, 9, 11), (2, 64, 8, 16), (2, 5, 3, 4, 6)])
+def test_our_cast_writes_the_input_as_fp16_channels_last_when_emulated(
+    shape: tuple[int, ...], problems: dict[str, Path]
+) -> None:
+    _, _, bands, spec = fp16_case(problems["conv_wide"], "conv", "tail")
+    src = builtin.render("epilogue_cuda_half", {"spec": spec, "layout": "nhwc", "cast": "kernel"}, "cuda")
+    assert "F.conv2d(_to_nhwc_half(x0), self.conv.weight.to(torch.float16, memory_format=" in src  # the weight: torch
+    lib = _emulated_nhwc(src, len(bands))
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(3)) * 100  # fp16 keeps 11 bits of each: rounding
+    batch, channels = shape[:2]
+    positions = x.numel() // (batch * channels)
+    expected = x.half().movedim(1, -1).contiguous().view(torch.int16)  # what torch's cast writes, [n][spatial][c]
+    grid = (-(-positions // 64), -(-channels // 32))
+    for kernel, samples in (("to_nhwc_half_i32", batch), ("to_nhwc_half_i64", 1)):  # a grid slice loops the samples
+        xh = torch.full_like(expected, -1)  # 0xffff: a NaN pattern no cast writes
+        c = ctypes.c_int64 if kernel.endswith("i64") else ctypes.c_uint32
+        getattr(lib, f"run_{kernel}")(
+            *grid,
+            samples,
+            ctypes.c_void_p(x.data_ptr()),
+            ctypes.c_void_p(xh.data_ptr()),
+            c(batch),
+            c(channels),
+            c(positions),
+        )
+        assert torch.equal(xh, expected), kernel  # bit for bit, every element written
 
 
 @pytest.mark.parametrize("name", ["conv2d_relu_biasadd_64x64x128x128", "conv2d_scale_clamp_64x32x128x128"])

@@ -7,9 +7,12 @@ channels-last too (Inductor's layout optimisation, ``decide_layout_opt`` in torc
 and is 2.4x eager on conv2d_relu_biasadd, where fusing the tail alone saves about an eighth of eager's time (one
 pass over the 496 MiB output instead of two; bench/RESULTS.md).
 
-Here torch's cast writes the channels-last copies, and the tail kernel takes the transpose back: a block moves a
-tile of TC channels x TP positions (the ``tile`` parameter) of one sample through shared memory, reading runs along
-the channels and writing runs along the positions, and applies the tail on the way out.
+Torch's cast writes the channels-last copies (``cast="torch"``), or, for the input, a kernel of ours
+(``cast="kernel"``): torch's cast into another memory format is a general strided copy, ours moves tiles of 32
+channels x 64 positions through shared memory, reading runs along the positions and writing runs along the
+channels, and rounds to fp16 on the way out. The tail kernel takes the transpose back: a block moves a tile of TC
+channels x TP positions (the ``tile`` parameter) of one sample, reading runs along the channels and writing runs
+along the positions, and applies the tail on the way out.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from agents.builtin.templates_elementwise_python import (
     MODEL_PY,
     Params,
     candidate_fields,
+    channels_last,
     prepare,
     py_tuple,
 )
@@ -83,6 +87,75 @@ __device__ __forceinline__ void nhwc_body(@PARAMS_T@, float* __restrict__ y, I N
 @ENTRIES@
 """)
 
+# The input's cast (``cast="kernel"``): the reverse transpose, fp32 in the reference's order to fp16 channels-last.
+FLOAT_HALF_PTX = 'asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));'
+CAST_KERNEL = (
+    r"""
+// The heavy op's input x[n][c][p] (fp32, the reference's order) as fp16 channels-last xh[n][p][c], rounded to
+// nearest even: a block moves a tile of CAST_TC channels x CAST_TP positions of a sample through shared memory.
+#define CAST_TC 32
+#define CAST_TP 64
+
+__device__ __forceinline__ unsigned short float_half(float f)
+{
+    unsigned short h;
+    """
+    + FLOAT_HALF_PTX
+    + r"""
+    return h;
+}
+
+template <typename I>
+__device__ __forceinline__ void cast_body(const float* __restrict__ x, unsigned short* __restrict__ xh, I N, I C, I P)
+{
+    // +1 column: the stores read down a column of the tile, CAST_TP + 1 (odd) floats apart: 32 different banks
+    __shared__ float cast_tile[CAST_TC][CAST_TP + 1];
+    const I c0 = (I)blockIdx.y * CAST_TC, p0 = (I)blockIdx.x * CAST_TP;
+    for (I n = blockIdx.z; n < N; n += gridDim.z) {
+        for (int k = threadIdx.x; k < CAST_TC * CAST_TP; k += THREADS) {  // a warp reads 32 positions of a channel
+            const I c = c0 + k / CAST_TP, p = p0 + k % CAST_TP;
+            if (c < C && p < P) cast_tile[k / CAST_TP][k % CAST_TP] = x[(n * C + c) * P + p];
+        }
+        __syncthreads();
+        for (int k = threadIdx.x; k < CAST_TC * CAST_TP; k += THREADS) {  // and writes 32 channels of a position
+            const I c = c0 + k % CAST_TC, p = p0 + k / CAST_TC;
+            if (c < C && p < P) xh[(n * P + p) * C + c] = float_half(cast_tile[k % CAST_TC][k / CAST_TC]);
+        }
+        __syncthreads();  // the next sample's loads overwrite the tile
+    }
+}
+"""
+    + "".join(
+        f"""
+extern "C" __global__ void __launch_bounds__(THREADS)
+to_nhwc_half_{suffix}(const float* __restrict__ x, unsigned short* __restrict__ xh, {ctype} N, {ctype} C, {ctype} P)
+{{
+    cast_body<{ctype}>(x, xh, N, C, P);
+}}
+"""
+        for suffix, ctype in (("i32", "unsigned int"), ("i64", "long long"))
+    )
+)
+
+CAST_PY = r'''
+
+def _to_nhwc_half(x: torch.Tensor) -> torch.Tensor:
+    """``x`` (batch, channels, spatial...) as an fp16 channels-last copy, by one transposing kernel."""
+    x = x.contiguous()
+    out = torch.empty(x.shape, dtype=torch.float16, device=x.device, memory_format=@MEMORY_FORMAT@)
+    n = x.numel()
+    if n == 0:
+        return out
+    batch, channels = x.shape[0], x.shape[1]
+    positions = n // (batch * channels)
+    wide = n >= 2**31  # 32-bit index math whenever it cannot overflow
+    index = cupy.int64 if wide else cupy.uint32
+    grid = (-(-positions // 64), -(-channels // 32), min(batch, 65535))  # tiles of 32 channels x 64 positions
+    args = (x.data_ptr(), out.data_ptr(), index(batch), index(channels), index(positions))
+    _run_kernel(_function("to_nhwc_half_i64" if wide else "to_nhwc_half_i32"), x.device, grid, (_THREADS,), args)
+    return out
+'''
+
 NHWC_PY = (
     DOC_PY
     + r'''
@@ -114,7 +187,7 @@ def _launch(
     args += (index(batch), index(channels), index(positions))
     grid = (-(-positions // _TP), -(-channels // _TC), min(batch, 65535))
     _run_kernel(_function("ew_nhwc_i64" if wide else "ew_nhwc_i32"), device, grid, (_THREADS,), args)
-
+@CAST_PY@
 """
     + MODEL_PY
 )
@@ -179,10 +252,12 @@ def render_nhwc(params: Params, summary: str, template: str) -> str:
     )
     lines.append("return out")
     tc, tp = tile_shape(params)
+    own_cast = params["cast"] == "kernel"
     return fill(
         NHWC_PY,
         TC=tc,
         TP=tp,
-        CUDA_SRC=nhwc_kernel(spec, params, summary),
+        CUDA_SRC=nhwc_kernel(spec, params, summary) + (CAST_KERNEL if own_cast else ""),
+        CAST_PY=fill(CAST_PY, MEMORY_FORMAT=channels_last(spec)) if own_cast else "",
         **candidate_fields(params, summary, template, True, fw, lines, half=True),
     )

@@ -149,8 +149,9 @@ class Forward:
             elif half:
                 lines.append(f"# {HALF_WHY}")
                 layout = channels_last(self.spec) if params["layout"] == "nhwc" else None
-                call = heavy_call(self.spec, params["bias"] == "library", half=True, memory_format=layout)
-                why = "cuDNN in fp16" + (", channels last" if layout else "")
+                own_cast = layout is not None and params["cast"] == "kernel"
+                call = heavy_call(self.spec, params["bias"] == "library", True, layout, own_cast)
+                why = "cuDNN in fp16" + (", channels last" if layout else "") + (", our cast" if own_cast else "")
             else:
                 call, why = heavy_call(self.spec, params["bias"] == "library"), "the heavy op stays in the library"
             # Channels-last, the tail kernel reads that order: cuDNN writes it, and then this copies nothing.
@@ -199,10 +200,15 @@ def channels_last(spec: dict[str, Any]) -> str | None:
 
 
 def heavy_call(
-    spec: dict[str, Any], bias_in_library: bool, half: bool = False, memory_format: str | None = None
+    spec: dict[str, Any],
+    bias_in_library: bool,
+    half: bool = False,
+    memory_format: str | None = None,
+    own_cast: bool = False,
 ) -> str:
     """The library call for the heavy op; ``half``: a convolution on fp16 copies of its operands, in
-    ``memory_format`` when given (a channels-last one)."""
+    ``memory_format`` when given (a channels-last one); ``own_cast``: the input's copy by the candidate's
+    ``_to_nhwc_half``, not torch."""
     h = spec["heavy"]
     if h["op"] == "linear":
         bias = attr(h["bias"]) if h["bias"] and bias_in_library else "None"
@@ -215,7 +221,8 @@ def heavy_call(
     bias = attr(h["bias"]) + cast if h["bias"] and bias_in_library else "None"
     if memory_format:
         cast = f".to(torch.float16, memory_format={memory_format})"
-    x, weight, dims = f"x{h['x']}{cast}", attr(h["weight"]) + cast, h["dims"]
+    x = f"_to_nhwc_half(x{h['x']})" if own_cast else f"x{h['x']}{cast}"
+    weight, dims = attr(h["weight"]) + cast, h["dims"]
     if h["transposed"]:
         return (
             f"F.conv_transpose{dims}d({x}, {weight}, {bias}, {h['stride']}, {h['padding']}, "
