@@ -40,7 +40,8 @@ def kernel_times(fn: Callable[..., Any], inputs: list[Any], device: torch.device
     fn(*inputs)  # a first call's one-time work (autotuning, lazy module loads) is not a call's cost
     if cuda:
         torch.cuda.synchronize(device)
-    activities = [ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]
+    # The CPU activity on a GPU too: without it some torch builds record no kernel events at all.
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]
     with profile(activities=activities) as prof:
         for _ in range(calls):
             fn(*inputs)
@@ -55,6 +56,8 @@ def kernel_times(fn: Callable[..., Any], inputs: list[Any], device: torch.device
         if cuda:
             us = max(us, event.device_time_total)  # a kernel has no children: either total is its own time
         out.append(KernelTime(event.key, us / calls, event.count / calls))
+    if not out:  # an empty list would read as "no time anywhere": CUPTI failing to start looks like that
+        raise RuntimeError(f"the profiler recorded no {wanted.name} events for {calls} calls")
     return sorted(out, key=lambda k: -k.us_per_call)
 
 

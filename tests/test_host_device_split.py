@@ -49,3 +49,5 @@ def test_kernel_times_lists_each_op_of_a_call_costliest_first() -> None:
     assert lines[1].endswith(f"in {len(times) - 1} other kernels") and lines[-1].startswith("- total ")
     with pytest.raises(ValueError, match="calls must be at least 1"):
         kernel_times(call, [x], torch.device("cpu"), calls=0)
+    with pytest.raises(RuntimeError, match="recorded no CPU events for 5 calls"):  # nothing ran: not "0 µs"
+        kernel_times(lambda: None, [], torch.device("cpu"))
