@@ -87,15 +87,17 @@ __device__ __forceinline__ void nhwc_body(@PARAMS_T@, float* __restrict__ y, I N
 @ENTRIES@
 """)
 
-# The input's cast (``cast="kernel"``): the reverse transpose, fp32 in the reference's order to fp16 channels-last.
+# The input's cast (``cast="kernel"``): the reverse transpose, fp32 in the reference's order to fp16 channels-last,
+# through a fixed tile of (channels, positions) that the kernel and its launch both read from here.
+CAST_TILE = (32, 64)
 FLOAT_HALF_PTX = 'asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));'
 CAST_KERNEL = (
     r"""
 // The heavy op's input x[n][c][p] (fp32, the reference's order) as fp16 channels-last xh[n][p][c], rounded to
 // nearest even: a block moves a tile of CAST_TC channels x CAST_TP positions of a sample through shared memory.
-#define CAST_TC 32
-#define CAST_TP 64
-
+"""
+    + f"#define CAST_TC {CAST_TILE[0]}\n#define CAST_TP {CAST_TILE[1]}\n"
+    + r"""
 __device__ __forceinline__ unsigned short float_half(float f)
 {
     unsigned short h;
@@ -150,7 +152,8 @@ def _to_nhwc_half(x: torch.Tensor) -> torch.Tensor:
     positions = n // (batch * channels)
     wide = n >= 2**31  # 32-bit index math whenever it cannot overflow
     index = cupy.int64 if wide else cupy.uint32
-    grid = (-(-positions // 64), -(-channels // 32), min(batch, 65535))  # tiles of 32 channels x 64 positions
+    # Tiles of @CAST_TC@ channels x @CAST_TP@ positions; the grid's third dim loops over the samples.
+    grid = (-(-positions // @CAST_TP@), -(-channels // @CAST_TC@), min(batch, 65535))
     args = (x.data_ptr(), out.data_ptr(), index(batch), index(channels), index(positions))
     _run_kernel(_function("to_nhwc_half_i64" if wide else "to_nhwc_half_i32"), x.device, grid, (_THREADS,), args)
     return out
@@ -258,6 +261,8 @@ def render_nhwc(params: Params, summary: str, template: str) -> str:
         TC=tc,
         TP=tp,
         CUDA_SRC=nhwc_kernel(spec, params, summary) + (CAST_KERNEL if own_cast else ""),
-        CAST_PY=fill(CAST_PY, MEMORY_FORMAT=channels_last(spec)) if own_cast else "",
+        CAST_PY=fill(CAST_PY, MEMORY_FORMAT=channels_last(spec), CAST_TC=CAST_TILE[0], CAST_TP=CAST_TILE[1])
+        if own_cast
+        else "",
         **candidate_fields(params, summary, template, True, fw, lines, half=True),
     )

@@ -150,7 +150,8 @@ class Forward:
                 lines.append(f"# {HALF_WHY}")
                 layout = channels_last(self.spec) if params["layout"] == "nhwc" else None
                 own_cast = layout is not None and params["cast"] == "kernel"
-                call = heavy_call(self.spec, params["bias"] == "library", True, layout, own_cast)
+                library_bias = params["bias"] == "library"
+                call = heavy_call(self.spec, library_bias, half=True, memory_format=layout, own_cast=own_cast)
                 why = "cuDNN in fp16" + (", channels last" if layout else "") + (", our cast" if own_cast else "")
             else:
                 call, why = heavy_call(self.spec, params["bias"] == "library"), "the heavy op stays in the library"
