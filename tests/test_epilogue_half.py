@@ -16,7 +16,7 @@ from agents import builtin
 from agents.builtin import pointwise
 from agents.builtin.catalog import TEMPLATES
 from agents.builtin.templates_elementwise_epilogue import tail_bias
-from agents.builtin.templates_elementwise_nhwc import FLOAT_HALF_PTX
+from agents.builtin.templates_elementwise_nhwc import CAST_TILE, FLOAT_HALF_PTX
 from bench.conv_half_accuracy import bias_free, contender_errors
 from bench.matmul_accuracy import worst
 from tests.conftest import assert_cuda_renderings_compile
@@ -257,7 +257,8 @@ def test_our_cast_writes_the_input_as_fp16_channels_last_when_emulated(
     batch, channels = shape[:2]
     positions = x.numel() // (batch * channels)
     expected = x.half().movedim(1, -1).contiguous().view(torch.int16)  # what torch's cast writes, [n][spatial][c]
-    grid = (-(-positions // 64), -(-channels // 32))
+    tile_c, tile_p = CAST_TILE
+    grid = (-(-positions // tile_p), -(-channels // tile_c))
     for kernel, samples in (("to_nhwc_half_i32", batch), ("to_nhwc_half_i64", 1)):  # a grid slice loops the samples
         xh = torch.full_like(expected, -1)  # 0xffff: a NaN pattern no cast writes
         c = ctypes.c_int64 if kernel.endswith("i64") else ctypes.c_uint32

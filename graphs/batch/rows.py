@@ -191,9 +191,8 @@ def tried(c: dict[str, Any]) -> dict[str, Any]:
     verdict, its time and its speedup against the faster reference (None: not timed)."""
     template = TEMPLATES.get(c.get("template") or "")
     params = c.get("params") or {}
-    moved = {} if template is None else {p.name: params[p.name] for p in template.params if p.name in params}
-    if template is not None:
-        moved = {k: v for k, v in moved.items() if v != template.param(k).default}
+    searched = template.params if template is not None else ()
+    moved = {p.name: params[p.name] for p in searched if p.name in params and params[p.name] != p.default}
     return {
         "id": c["id"],
         "template": c.get("template"),
