@@ -21,6 +21,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -243,7 +244,6 @@ class CandidateRun:
     def call(self, inputs: list[Any], what: str, poison_value: float = float("nan")) -> list[Any]:
         """One watched call on ``inputs`` after poisoning freed memory; its flattened outputs."""
         self._seen_inputs.append(inputs)
-        runtime_checks.poison(self.device, self.ref.expected[0][2], poison_value)
         recorder = OpRecorder()
 
         def recorded(*args: Any) -> Any:
@@ -252,7 +252,8 @@ class CandidateRun:
             with recorder:
                 return self.candidate(*args)
 
-        with candidate_code(what), torch.no_grad(), self.watch.audit.on():
+        poisoned = runtime_checks.poisoned(self.device, self.ref.expected[0][2], poison_value)
+        with poisoned, candidate_code(what), torch.no_grad(), self.watch.audit.on():
             out, found = runtime_checks.watch_call(
                 recorded, inputs, self.device, self.ref.timer.synchronize, self.watch.threads, self.watch.children
             )
@@ -296,24 +297,26 @@ class CandidateRun:
         reference's freed output, most often). The poison must be the failed call's: an fmax-style read
         that a huge value broke would pass under a NaN, and a changed poison would pass for a replay.
         """
-        if self._rerun_passes(inputs, outs, lambda: runtime_checks.poison(self.device, outs, poison_value)):
+        if self._rerun_passes(inputs, outs, lambda: runtime_checks.poisoned(self.device, outs, poison_value)):
             why = "wrong on inputs in buffers it had seen before, right on the same values in new buffers"
             self.note([runtime_checks.finding(RESULT_CACHE, why)])
-        if self._rerun_passes(inputs, outs, lambda: runtime_checks.prime(self.device, outs)):
+        if self._rerun_passes(inputs, outs, lambda: runtime_checks.primed(self.device, outs)):
             why = "wrong when freed memory is poisoned, right when it holds the reference's answer"
             self.note([runtime_checks.finding(UNINITIALISED_MEMORY, why + ": the output is memory it never wrote")])
 
-    def _rerun_passes(self, inputs: list[Any], outs: list[torch.Tensor], prepare: Callable[[], None]) -> bool:
-        """Run on a new copy of ``inputs`` after ``prepare`` (poison or prime); does it pass?"""
+    def _rerun_passes(
+        self, inputs: list[Any], outs: list[torch.Tensor], memory: Callable[[], AbstractContextManager[None]]
+    ) -> bool:
+        """Run on a new copy of ``inputs`` with freed memory as ``memory()`` leaves it (poisoned or primed); pass?"""
         fresh = correctness.clone_inputs(inputs)
         self._seen_inputs.append(fresh)
-        prepare()
-        try:
-            with self.watch.audit.on(), torch.no_grad():
-                actual = correctness.flatten_outputs(self.candidate(*fresh))
-        except Exception as exc:  # the first failure stands; a rerun only names its cause when it can
-            self.ref.notes.append(f"diagnosis rerun raised {describe(exc)}")
-            return False
+        with memory():
+            try:
+                with self.watch.audit.on(), torch.no_grad():
+                    actual = correctness.flatten_outputs(self.candidate(*fresh))
+            except Exception as exc:  # the first failure stands; a rerun only names its cause when it can
+                self.ref.notes.append(f"diagnosis rerun raised {describe(exc)}")
+                return False
         return correctness.compare(actual, outs, None, self.job.policy, -1).passed
 
     def probe(self) -> None:

@@ -111,6 +111,25 @@ def test_uninitialised_reads_never_pass_on_the_cpu(path: Path) -> None:
     assert not ev.accepted and ev.result.status in ("incorrect", "rejected"), ev.result
 
 
+def _bytes_as(byte: int, dtype: torch.dtype) -> float:
+    return float(torch.full((8,), byte, dtype=torch.uint8).view(dtype)[0])
+
+
+@pytest.mark.skipif(not runtime_checks._malloc_perturb(0), reason="the C library has no mallopt (not glibc)")
+@pytest.mark.parametrize("value, byte", [(float("nan"), 0x7F), (1e30, 0x7F), (-1e30, 0xFE)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_on_the_cpu_every_block_handed_out_in_a_poisoned_call_holds_a_huge_value(
+    value: float, byte: int, dtype: torch.dtype
+) -> None:
+    # Small blocks as a candidate's scratch takes them (the fmax fixture's (rows, 1)), not only those sized like
+    # the outputs that poison fills.
+    with runtime_checks.poisoned(torch.device("cpu"), [torch.zeros(4096)], value):
+        blocks = [torch.empty(n, dtype=dtype) for n in (1, 7, 96, 1000, 3000)]
+    fill = _bytes_as(byte, dtype)
+    assert abs(fill) > 1e38
+    assert all(bool((b == fill).all()) for b in blocks), [b[:4] for b in blocks]
+
+
 def test_degenerate_problem_is_flagged_and_a_real_kernel_still_passes() -> None:
     # softmax over 32768 columns: every value is below atol=1e-2, so zeros would pass the tolerance.
     ev = run(PROBLEMS / "candidates" / "softmax_cpu.py", "cpu", "softmax_wide_small.py")

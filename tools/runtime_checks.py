@@ -14,7 +14,8 @@ before it imports any candidate code, so every snapshot below is of the pristine
   returned (work left on another stream or thread); no thread or child process may outlive the call.
 - ``poison``: fills the allocator's free memory with NaN before each call, so an output that reuses
   the reference's freed result, or any uninitialised read, shows up as a wrong answer; ``prime``
-  leaves the answer there instead, which tells such a read from a plain wrong answer.
+  leaves the answer there instead, which tells such a read from a plain wrong answer. ``poisoned``
+  also has glibc fill every block malloc hands out during the call (CPU only).
 - ``shape_variant``: a second valid input shape, from the problem's size constants.
 - CUDA only: the streams of the kernels a call launches (through the profiler), and L2 persistence.
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import ctypes
 import os
 import sys
 import threading
@@ -458,6 +460,35 @@ def poison(device: torch.device, like: list[torch.Tensor], value: float = float(
     _fill_free_memory(device, like, lambda block: block.fill_(value))
 
 
+# mallopt(3): while set, glibc fills each block malloc hands out with this byte's complement (and each freed block
+# with the byte), so fresh memory holds the fill however its block was reached. torch's CPU allocator takes its
+# blocks from malloc; poison's fill reaches only blocks sized like the outputs, and the small scratch a candidate
+# reads uninitialised (a row maximum's start, say) comes from elsewhere in the heap, holding whatever it held.
+_M_PERTURB = -6
+
+
+def _malloc_perturb(byte: int) -> bool:
+    """Set glibc's perturb byte (0: off); False where the C library has no mallopt (not glibc)."""
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    return mallopt is not None and mallopt(_M_PERTURB, byte) == 1
+
+
+@contextlib.contextmanager
+def poisoned(device: torch.device, like: list[torch.Tensor], value: float = float("nan")) -> Iterator[None]:
+    """``poison`` before the call inside; on the CPU, every block malloc hands out meanwhile filled too.
+
+    A byte fill cannot spell NaN, so the CPU's is a huge value of the poison's sign (bytes 0x7F: 3.4e38 as
+    float32, 1.4e306 as float64; 0xFE: -1.7e38), which fmax-style reads do not hide either.
+    """
+    poison(device, like, value)
+    on = device.type == "cpu" and _malloc_perturb(0xFF ^ (0xFE if value < 0 else 0x7F))
+    try:
+        yield
+    finally:
+        if on:
+            _malloc_perturb(0)
+
+
 def prime(device: torch.device, answers: list[torch.Tensor]) -> None:
     """Leave the answers at the start of every free block: what reusing the reference's freed output finds."""
     flat = [a.detach().reshape(-1).view(torch.uint8) for a in answers if a.is_contiguous()]
@@ -470,6 +501,13 @@ def prime(device: torch.device, answers: list[torch.Tensor]) -> None:
                 return
 
     _fill_free_memory(device, answers, fill)
+
+
+@contextlib.contextmanager
+def primed(device: torch.device, answers: list[torch.Tensor]) -> Iterator[None]:
+    """``prime`` before the call inside (the counterpart of ``poisoned``)."""
+    prime(device, answers)
+    yield
 
 
 def poison_tensors(tensors: list[Any]) -> None:
