@@ -37,18 +37,21 @@ from tools.problem import build_model, copy_parameters, exec_source, load_proble
 
 PROBLEMS = Path(__file__).resolve().parents[1] / "problems"
 SUITE = PROBLEMS / "suite"
-# More channels than one tile of the channels-last tail kernel holds (32), and a position count no tile size divides.
+# More channels than one tile of the channels-last tail kernel holds (32), and a position count no tile size divides;
+# broadcast operands of every kind that kernel indexes: one value a channel, one a position, one a column.
 CONV_WIDE = """
 class Model(nn.Module):
-    \"\"\"Conv2d without padding to 40 channels, then ReLU and a gain per channel.\"\"\"
+    \"\"\"Conv2d without padding to 40 channels, then ReLU, a gain a channel, shifts a position and a column.\"\"\"
 
     def __init__(self):
         super().__init__()
         self.conv = nn.Conv2d(3, 40, 3)
         self.gain = nn.Parameter(torch.rand(40, 1, 1) + 0.5)
+        self.plane = nn.Parameter(torch.randn(7, 9))
+        self.column = nn.Parameter(torch.randn(9))
 
     def forward(self, x):
-        return torch.relu(self.conv(x)) * self.gain
+        return torch.relu(self.conv(x)) * self.gain + self.plane - self.column
 
 
 def get_inputs():

@@ -41,29 +41,58 @@ NHWC_KERNEL = c_params(r"""
 #param TC           // channels a tile (a multiple of 32): a warp's load is a run of 32 channels of one position
 #param TP           // positions a tile (a multiple of 32): a warp's store is a run of 32 positions of one channel
 #define THREADS 256
+#define TILE_PER (TC * TP / THREADS)  // a thread's elements of a tile
+#define LOAD_STEP (THREADS / TC)       // positions between a thread's elements as it loads (its channel fixed)
+#define STORE_STEP (THREADS / TP)      // channels between them as it stores (its position fixed)
+static_assert(THREADS % TC == 0 && THREADS % TP == 0 && TC * TP % THREADS == 0, "tiles the block's threads divide");
 @MATH@
 @COMMON@
 @APPLY@
 @BAND_INDEX@
 
-// A tile of sample n: channels c0.., positions p0.., from h to shared memory.
+// A broadcast operand's index at output (n, c, p), flat index i: the usual bands (one value a channel, one a
+// position) without the integer division band_index pays per element.
+template <typename I>
+__device__ __forceinline__ I nhwc_band(I i, I c, I p, I C, I P, I inner, I size)
+{
+    // inner and size are the same for the whole grid: these branches never diverge
+    if (size == 1) return (I)0;
+    if (inner == P && size == C) return c;  // i = (n * C + c) * P + p
+    if (inner == 1 && size == P) return p;
+    return band_index<I>(i, inner, size);
+}
+
+// A tile of sample n: channels c0.., positions p0.., from h to shared memory. A thread keeps one channel and
+// steps along the positions; every load is issued before the first store to the tile, so TILE_PER are in flight.
 template <typename I>
 __device__ __forceinline__ void load_tile(
     const unsigned short* __restrict__ h, float (*tile)[TP + 1], I n, I c0, I p0, I C, I P)
 {
-    for (int k = threadIdx.x; k < TC * TP; k += THREADS) {
-        const I c = c0 + k % TC, p = p0 + k / TC;
-        if (c < C && p < P) tile[k % TC][k / TC] = half_float(h[(n * P + p) * C + c]);
+    const int tc = threadIdx.x % TC, tp = threadIdx.x / TC;  // a warp reads 32 channels of a position
+    const I c = c0 + tc, first = p0 + tp;
+    const unsigned short* at = h + (n * P + first) * C + c;
+    float v[TILE_PER];
+#pragma unroll
+    for (int j = 0; j < TILE_PER; ++j) {
+        v[j] = c < C && first + j * LOAD_STEP < P ? half_float(at[(I)(j * LOAD_STEP) * C]) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < TILE_PER; ++j) {
+        tile[tc][tp + j * LOAD_STEP] = v[j];
     }
 }
 
-// The same tile through the tail into y, along the positions.
+// The same tile through the tail into y: a thread keeps one position and steps along the channels.
 template <typename I>
 __device__ __forceinline__ void store_tile(@STORE_PARAMS@)
 {
-    for (int k = threadIdx.x; k < TC * TP; k += THREADS) {
-        const I c = c0 + k / TP, p = p0 + k % TP;
-        if (c < C && p < P) {
+    const int tp = threadIdx.x % TP, tc = threadIdx.x / TP;  // a warp writes 32 positions of a channel
+    const I p = p0 + tp;
+    if (p >= P) return;
+#pragma unroll
+    for (int j = 0; j < TILE_PER; ++j) {
+        const I c = c0 + tc + j * STORE_STEP;
+        if (c < C) {
             const I i = (n * C + c) * P + p;
             y[i] = ew_apply(@CALL@);
         }
@@ -97,6 +126,10 @@ CAST_KERNEL = (
 // nearest even: a block moves a tile of CAST_TC channels x CAST_TP positions of a sample through shared memory.
 """
     + f"#define CAST_TC {CAST_TILE[0]}\n#define CAST_TP {CAST_TILE[1]}\n"
+    + "#define CAST_PER (CAST_TC * CAST_TP / THREADS)  // a thread's elements of a tile\n"
+    + "#define CAST_LOAD_STEP (THREADS / CAST_TP)  // channels between a thread's loads\n"
+    + "#define CAST_STORE_STEP (THREADS / CAST_TC)  // positions between its stores\n"
+    + 'static_assert(THREADS % CAST_TC == 0 && THREADS % CAST_TP == 0, "a tile the block\'s threads divide");\n'
     + r"""
 __device__ __forceinline__ unsigned short float_half(float f)
 {
@@ -113,15 +146,27 @@ __device__ __forceinline__ void cast_body(const float* __restrict__ x, unsigned 
     // +1 column: the stores read down a column of the tile, CAST_TP + 1 (odd) floats apart: 32 different banks
     __shared__ float cast_tile[CAST_TC][CAST_TP + 1];
     const I c0 = (I)blockIdx.y * CAST_TC, p0 = (I)blockIdx.x * CAST_TP;
+    const int lp = threadIdx.x % CAST_TP, lc = threadIdx.x / CAST_TP;  // loads: a position, channels stepped
+    const int sc = threadIdx.x % CAST_TC, sp = threadIdx.x / CAST_TC;  // stores: a channel, positions stepped
     for (I n = blockIdx.z; n < N; n += gridDim.z) {
-        for (int k = threadIdx.x; k < CAST_TC * CAST_TP; k += THREADS) {  // a warp reads 32 positions of a channel
-            const I c = c0 + k / CAST_TP, p = p0 + k % CAST_TP;
-            if (c < C && p < P) cast_tile[k / CAST_TP][k % CAST_TP] = x[(n * C + c) * P + p];
+        const I p = p0 + lp, c = c0 + sc;
+        const float* from = x + (n * C + c0 + lc) * P + p;
+        float v[CAST_PER];  // every load issued before the first store to the tile: CAST_PER in flight
+#pragma unroll
+        for (int j = 0; j < CAST_PER; ++j) {  // a warp reads 32 positions of a channel
+            v[j] = p < P && c0 + lc + j * CAST_LOAD_STEP < C ? from[(I)(j * CAST_LOAD_STEP) * P] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < CAST_PER; ++j) {
+            cast_tile[lc + j * CAST_LOAD_STEP][lp] = v[j];
         }
         __syncthreads();
-        for (int k = threadIdx.x; k < CAST_TC * CAST_TP; k += THREADS) {  // and writes 32 channels of a position
-            const I c = c0 + k % CAST_TC, p = p0 + k / CAST_TC;
-            if (c < C && p < P) xh[(n * P + p) * C + c] = float_half(cast_tile[k % CAST_TC][k / CAST_TC]);
+        unsigned short* to = xh + (n * P + p0 + sp) * C + c;
+#pragma unroll
+        for (int j = 0; j < CAST_PER; ++j) {  // and writes 32 channels of a position
+            if (c < C && p0 + sp + j * CAST_STORE_STEP < P) {
+                to[(I)(j * CAST_STORE_STEP) * C] = float_half(cast_tile[sc][sp + j * CAST_STORE_STEP]);
+            }
         }
         __syncthreads();  // the next sample's loads overwrite the tile
     }
@@ -213,8 +258,8 @@ def nhwc_kernel(spec: dict[str, Any], params: Params, summary: str) -> str:
     bands_t = [f"const float* __restrict__ b{k}, I inner{k}, I size{k}" for k in range(nb)]
     store_t = [full_t[k] for k in others] + bands_t
     store_t += ["float (*tile)[TP + 1]", "float* __restrict__ y", "I n", "I c0", "I p0", "I C", "I P"]
-    values = ["tile[c - c0][p - p0]" if k == heavy else f"f{k}[i]" for k in range(nf)] + [
-        f"b{k}[band_index<I>(i, inner{k}, size{k})]" for k in range(nb)
+    values = ["tile[tc + j * STORE_STEP][tp]" if k == heavy else f"f{k}[i]" for k in range(nf)] + [
+        f"b{k}[nhwc_band<I>(i, c, p, C, P, inner{k}, size{k})]" for k in range(nb)
     ]
     band_names = [f"b{k}, inner{k}, size{k}" for k in range(nb)]
     store_args = [f"f{k}" for k in others] + band_names + ["tile", "y", "n", "c0", "p0", "C", "P"]
