@@ -2,8 +2,9 @@
 
 A timing job needs its device to itself (a concurrent kernel steals bandwidth and SMs from the timed
 one, a concurrent CPU check steals cores); a correctness check only needs a device, and checks share
-one. A CUDA job goes to one of the pool's GPUs (the least busy, as this process sees it, that is free
-for it), a CPU job to the host's one CPU device.
+one, unless two of its working sets would not fit the device's memory together (``EvalJob.share_device``:
+two checks of softmax_65536x4096 ran an 80 GB H100 out of memory). A CUDA job goes to one of the pool's
+GPUs (the least busy, as this process sees it, that is free for it), a CPU job to the host's one CPU device.
 
 Turns are advisory file locks in the shared cache folder, so every kforge process of the host takes
 them together (the problems of a batch, a suite, a `kforge run` started beside them), and a process
@@ -163,7 +164,7 @@ class HostDevices:
 
     @contextlib.contextmanager
     def turn(self, job: AnyJob) -> Iterator[VisibleGpu | None]:
-        """Hold a device for ``job`` (alone if it times anything); yield its GPU, None for the CPU."""
+        """Hold a device for ``job`` (alone if it needs it alone); yield its GPU, None for the CPU."""
         turns, gpus = self._pool(job.device)
-        with turns.hold(exclusive=job.timed) as device:
+        with turns.hold(exclusive=job.alone) as device:
             yield gpus.get(device)

@@ -81,11 +81,21 @@ class EvalJob(ProblemJob):
     time_candidate: bool = Field(True, description="False: correctness only")
     arch: str | None = Field(None, description="NVRTC arch for the compile pre-check; None: the device's")
     timeout_s: float = Field(600.0, gt=0)
+    share_device: bool = Field(
+        True,
+        description="a check (correctness only) may share its device with other checks; False where two of its "
+        "working sets would not fit the device's memory together",
+    )
 
     @property
     def timed(self) -> bool:
-        """Does the job time anything (and so need its device to itself)?"""
+        """Does the job time anything?"""
         return self.time_candidate and (bool(self.references) or self.candidate_source is not None)
+
+    @property
+    def alone(self) -> bool:
+        """Does the job need its device to itself: it times something, or its memory leaves no room for another?"""
+        return self.timed or not self.share_device
 
 
 class CeilingsJob(BaseModel):
@@ -96,6 +106,7 @@ class CeilingsJob(BaseModel):
     device: Device = "cuda"
     timeout_s: float = Field(300.0, gt=0)
     timed: ClassVar[bool] = True  # it measures the device
+    alone: ClassVar[bool] = True  # its device to itself
 
 
 class ProfileJob(ProblemJob):
@@ -112,6 +123,7 @@ class ProfileJob(ProblemJob):
     ncu: str | None = Field(None, description="path of ncu where the job runs; None: PATH, then CUDA's folders")
     timeout_s: float = Field(900.0, gt=0)
     timed: ClassVar[bool] = True  # counters are per device: another job's kernels would land in them
+    alone: ClassVar[bool] = True
 
     @model_validator(mode="after")
     def _candidate_given(self) -> ProfileJob:

@@ -10,6 +10,7 @@ import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -194,6 +195,76 @@ def test_the_local_backend_waits_for_its_turn_on_the_device(tmp_path: Path) -> N
     assert result.status == "ok", result.reason
     (waited,) = [e for e in logs if e["event"] == "device_turn"]
     assert waited["device"] == "cpu" and not waited["exclusive"] and waited["waited_s"] >= 1.0
+
+
+def _share_cpu_for(seconds: float, flag: str) -> None:
+    from tools.paths import cache_dir
+
+    with DeviceTurns(["cpu"], cache_dir("locks")).hold(exclusive=False):  # a check in flight
+        Path(flag).touch()
+        time.sleep(seconds)
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_a_check_shares_its_device_with_another_unless_their_memory_would_not_fit(tmp_path: Path, share: bool) -> None:
+    from structlog.testing import capture_logs
+
+    from sandbox.config import LocalSandboxConfig
+    from sandbox.local import LocalSandbox
+
+    job = _cpu_check_job().model_copy(update={"share_device": share})
+    assert job.alone is not share
+    flag = tmp_path / "holding"
+    holder = multiprocessing.get_context("spawn").Process(target=_share_cpu_for, args=(2.0, str(flag)))
+    holder.start()
+    try:
+        _wait_for(flag)
+        with capture_logs() as logs:
+            result = LocalSandbox(LocalSandboxConfig(prefork=False)).run(job)
+    finally:
+        holder.join(30)
+    assert result.status == "ok", result.reason
+    waits = [e for e in logs if e["event"] == "device_turn"]
+    if share:
+        assert waits == []
+    else:
+        (waited,) = waits
+        assert waited["exclusive"] and waited["waited_s"] >= 1.0
+
+
+def test_evaluate_lets_a_check_share_its_device_only_where_two_working_sets_fit(tmp_path: Path) -> None:
+    from sandbox.config import LocalSandboxConfig
+    from sandbox.local import LocalSandbox
+    from sandbox.protocol import AnyJob, JobResult
+    from tests.conftest import CANDIDATES, PROBLEMS
+    from tools.evaluation import evaluate
+    from tools.problem import load_problem, working_set_bytes
+
+    class Recording(LocalSandbox):  # the real backend, keeping each job it ran
+        jobs: ClassVar[list[AnyJob]] = []
+
+        def run(self, job: AnyJob) -> JobResult:
+            self.jobs.append(job)
+            return super().run(job)
+
+    problem = load_problem(PROBLEMS / "softmax_small.py")
+    need = working_set_bytes(problem.info, n_checks=1)
+    one_set = problem.info.input_bytes + problem.info.output_bytes
+    assert working_set_bytes(problem.info, n_checks=5) > need > 2 * one_set
+    sandbox = Recording(LocalSandboxConfig(prefork=False))
+    for available, shares in ((2 * need, True), (2 * need - 1, False)):
+        ev = evaluate(
+            problem,
+            (CANDIDATES / "softmax_cpu.py").read_text(),
+            sandbox=sandbox,
+            device="cpu",
+            available_bytes=available,
+            references=("eager",),
+            n_checks=1,
+            time_candidate=False,
+        )
+        assert ev.result.status == "ok", ev.result.reason
+        assert sandbox.jobs[-1].share_device is shares
 
 
 def _hold_cpu_until(flag: str, release: str) -> None:

@@ -181,7 +181,7 @@ def evaluate(
     with_roofline: bool = True,
     time_candidate: bool = True,
 ) -> Evaluation:
-    check_fits(problem.info, device, available_bytes)
+    working_set = check_fits(problem.info, device, available_bytes, n_checks)
     job = EvalJob(
         problem_name=str(problem.path),
         problem_source=problem.source,
@@ -195,6 +195,7 @@ def evaluate(
         timing=timing or TimingConfig(),
         timeout_s=timeout_s,
         time_candidate=time_candidate,
+        share_device=2 * working_set <= available_bytes,
     )
     bound = log.bind(job_id=job.job_id, problem=problem.name, candidate=candidate_name)
     bound.info("evaluate_start", device=device, policy=policy)
