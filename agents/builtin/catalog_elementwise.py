@@ -386,10 +386,10 @@ def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
             out.insert(1, (name, {"bias": "tail", "block": 256, "items": 1 if small else 2}))
             out.append((name, {"inplace": False, "block": 256, "items": 2}))
             if _conv(shape):  # relaxed policy only: fp16 at the reference's own TF32 precision
-                # torch.compile runs these convolutions channels-last and is 2.4x eager on conv2d_relu_biasadd. On the
-                # H200 (bench/RESULTS.md) the reference's order was 1.63x eager but 0.68x compile there, and
-                # channels-last with torch's casts slower still. Channels-last with our cast kernel first (not yet
-                # measured), then the reference's order.
+                # torch.compile runs these convolutions channels-last and is 2.1-2.4x eager on conv2d_relu_biasadd.
+                # On the H100 (bench/RESULTS.md, 2026-12-06) channels-last with our cast kernel and 32 x 64 tail tiles
+                # was 1.38x compile there and 1.44x on conv2d_scale_clamp; the reference's order, with cuDNN's own
+                # transposes around its kernel, lost to compile on both (H100 and H200). So channels-last first.
                 half = [("epilogue_cuda_half", {"block": 256, "items": 1 if small else 2})]
                 if channels_last(load(shape.spec)):
                     half.insert(0, ("epilogue_cuda_half", {"layout": "nhwc", "cast": "kernel"}))
