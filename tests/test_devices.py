@@ -15,7 +15,7 @@ from typing import ClassVar
 import pytest
 
 from sandbox.devices import DeviceTurns
-from sandbox.protocol import EvalJob
+from sandbox.protocol import EvalJob, JobResult
 from tools.errors import ConfigError
 
 HOLD_S = 0.05
@@ -153,10 +153,10 @@ def test_a_pool_needs_a_device() -> None:
         DeviceTurns([], Path("/tmp"))
 
 
-def _hold_cpu_for(seconds: float, flag: str) -> None:
+def _hold_cpu_for(seconds: float, flag: str, exclusive: bool = True) -> None:
     from tools.paths import cache_dir  # $KFORGE_CACHE_DIR is this test session's, as for the sandbox
 
-    with DeviceTurns(["cpu"], cache_dir("locks")).hold(exclusive=True):
+    with DeviceTurns(["cpu"], cache_dir("locks")).hold(exclusive=exclusive):  # a timing job, or a check in flight
         Path(flag).touch()
         time.sleep(seconds)
 
@@ -176,15 +176,15 @@ def _cpu_check_job() -> EvalJob:
     )
 
 
-def test_the_local_backend_waits_for_its_turn_on_the_device(tmp_path: Path) -> None:
+def _run_while_held(job: EvalJob, tmp_path: Path, exclusive: bool) -> tuple[JobResult, list[dict]]:
+    """Run ``job`` on the local backend while another process holds the CPU for 2 s; its result and turn waits."""
     from structlog.testing import capture_logs
 
     from sandbox.config import LocalSandboxConfig
     from sandbox.local import LocalSandbox
 
-    job = _cpu_check_job()  # a check: it would share the CPU, but a timing job holds it
     flag = tmp_path / "holding"
-    holder = multiprocessing.get_context("spawn").Process(target=_hold_cpu_for, args=(2.0, str(flag)))
+    holder = multiprocessing.get_context("spawn").Process(target=_hold_cpu_for, args=(2.0, str(flag), exclusive))
     holder.start()
     try:
         _wait_for(flag)
@@ -193,38 +193,20 @@ def test_the_local_backend_waits_for_its_turn_on_the_device(tmp_path: Path) -> N
     finally:
         holder.join(30)
     assert result.status == "ok", result.reason
-    (waited,) = [e for e in logs if e["event"] == "device_turn"]
+    return result, [e for e in logs if e["event"] == "device_turn"]
+
+
+def test_the_local_backend_waits_for_its_turn_on_the_device(tmp_path: Path) -> None:
+    # A check: it would share the CPU, but a timing job holds it.
+    _, (waited,) = _run_while_held(_cpu_check_job(), tmp_path, exclusive=True)
     assert waited["device"] == "cpu" and not waited["exclusive"] and waited["waited_s"] >= 1.0
-
-
-def _share_cpu_for(seconds: float, flag: str) -> None:
-    from tools.paths import cache_dir
-
-    with DeviceTurns(["cpu"], cache_dir("locks")).hold(exclusive=False):  # a check in flight
-        Path(flag).touch()
-        time.sleep(seconds)
 
 
 @pytest.mark.parametrize("share", [True, False])
 def test_a_check_shares_its_device_with_another_unless_their_memory_would_not_fit(tmp_path: Path, share: bool) -> None:
-    from structlog.testing import capture_logs
-
-    from sandbox.config import LocalSandboxConfig
-    from sandbox.local import LocalSandbox
-
     job = _cpu_check_job().model_copy(update={"share_device": share})
     assert job.alone is not share
-    flag = tmp_path / "holding"
-    holder = multiprocessing.get_context("spawn").Process(target=_share_cpu_for, args=(2.0, str(flag)))
-    holder.start()
-    try:
-        _wait_for(flag)
-        with capture_logs() as logs:
-            result = LocalSandbox(LocalSandboxConfig(prefork=False)).run(job)
-    finally:
-        holder.join(30)
-    assert result.status == "ok", result.reason
-    waits = [e for e in logs if e["event"] == "device_turn"]
+    _, waits = _run_while_held(job, tmp_path, exclusive=False)  # another check in flight
     if share:
         assert waits == []
     else:
@@ -235,7 +217,7 @@ def test_a_check_shares_its_device_with_another_unless_their_memory_would_not_fi
 def test_evaluate_lets_a_check_share_its_device_only_where_two_working_sets_fit(tmp_path: Path) -> None:
     from sandbox.config import LocalSandboxConfig
     from sandbox.local import LocalSandbox
-    from sandbox.protocol import AnyJob, JobResult
+    from sandbox.protocol import AnyJob
     from tests.conftest import CANDIDATES, PROBLEMS
     from tools.evaluation import evaluate
     from tools.problem import load_problem, working_set_bytes
