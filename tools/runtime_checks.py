@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import ctypes
+import functools
 import os
 import sys
 import threading
@@ -467,9 +468,14 @@ def poison(device: torch.device, like: list[torch.Tensor], value: float = float(
 _M_PERTURB = -6
 
 
+@functools.cache
+def _mallopt() -> Callable[[int, int], int] | None:
+    return getattr(ctypes.CDLL(None), "mallopt", None)
+
+
 def _malloc_perturb(byte: int) -> bool:
     """Set glibc's perturb byte (0: off); False where the C library has no mallopt (not glibc)."""
-    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    mallopt = _mallopt()
     return mallopt is not None and mallopt(_M_PERTURB, byte) == 1
 
 
