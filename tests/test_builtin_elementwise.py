@@ -666,7 +666,9 @@ _SHIM = r"""
 #define __global__
 #define __launch_bounds__(n)
 #define __restrict__
+struct float2 { float x, y; };
 struct float4 { float x, y, z, w; };
+static inline float2 make_float2(float x, float y) { return {x, y}; }
 struct uint2 { unsigned x, y; };
 static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 struct dim3 { unsigned x = 0, y = 0, z = 0; };

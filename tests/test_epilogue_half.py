@@ -37,16 +37,17 @@ from tools.problem import build_model, copy_parameters, exec_source, load_proble
 
 PROBLEMS = Path(__file__).resolve().parents[1] / "problems"
 SUITE = PROBLEMS / "suite"
-# More channels than one tile of the channels-last tail kernel holds (32), and a position count no tile size divides;
-# broadcast operands of every kind that kernel indexes: one value a channel, one a position, one a column.
+# More channels than one tile of the channels-last tail kernel holds (32), an odd count of channels and of positions
+# (the kernels move pairs of either where the count is even; the other test problems have even ones), and broadcast
+# operands of every kind that kernel indexes: one value a channel, one a position, one a column.
 CONV_WIDE = """
 class Model(nn.Module):
-    \"\"\"Conv2d without padding to 40 channels, then ReLU, a gain a channel, shifts a position and a column.\"\"\"
+    \"\"\"Conv2d without padding to 39 channels, then ReLU, a gain a channel, shifts a position and a column.\"\"\"
 
     def __init__(self):
         super().__init__()
-        self.conv = nn.Conv2d(3, 40, 3)
-        self.gain = nn.Parameter(torch.rand(40, 1, 1) + 0.5)
+        self.conv = nn.Conv2d(3, 39, 3)
+        self.gain = nn.Parameter(torch.rand(39, 1, 1) + 0.5)
         self.plane = nn.Parameter(torch.randn(7, 9))
         self.column = nn.Parameter(torch.randn(9))
 

@@ -42,9 +42,10 @@ NHWC_KERNEL = c_params(r"""
 #param TP           // positions a tile (a multiple of 32): a warp's store is a run of 32 positions of one channel
 #define THREADS 256
 #define TILE_PER (TC * TP / THREADS)  // a thread's elements of a tile
-#define LOAD_STEP (THREADS / TC)       // positions between a thread's elements as it loads (its channel fixed)
-#define STORE_STEP (THREADS / TP)      // channels between them as it stores (its position fixed)
-static_assert(THREADS % TC == 0 && THREADS % TP == 0 && TC * TP % THREADS == 0, "tiles the block's threads divide");
+#define LOAD_STEP (2 * THREADS / TC)   // positions between a thread's loads (its pair of channels fixed)
+#define STORE_STEP (2 * THREADS / TP)  // channels between its stores (its pair of positions fixed)
+static_assert(THREADS % (TC / 2) == 0 && THREADS % (TP / 2) == 0 && TC * TP % (2 * THREADS) == 0,
+              "tiles the block's threads divide, in pairs");
 @MATH@
 @COMMON@
 @APPLY@
@@ -62,39 +63,65 @@ __device__ __forceinline__ I nhwc_band(I i, I c, I p, I C, I P, I inner, I size)
     return band_index<I>(i, inner, size);
 }
 
-// A tile of sample n: channels c0.., positions p0.., from h to shared memory. A thread keeps one channel and
-// steps along the positions; every load is issued before the first store to the tile, so TILE_PER are in flight.
+// A tile of sample n: channels c0.., positions p0.., from h to shared memory. A thread keeps one pair of channels
+// and steps along the positions; every load is issued before the first store to the tile, so TILE_PER / 2 are in
+// flight, each of both channels at once where C is even (a pair then starts 4-byte aligned).
 template <typename I>
 __device__ __forceinline__ void load_tile(
     const unsigned short* __restrict__ h, float (*tile)[TP + 1], I n, I c0, I p0, I C, I P)
 {
-    const int tc = threadIdx.x % TC, tp = threadIdx.x / TC;  // a warp reads 32 channels of a position
+    const int tc = 2 * (threadIdx.x % (TC / 2)), tp = threadIdx.x / (TC / 2);  // a warp reads 64 channels' worth
     const I c = c0 + tc, first = p0 + tp;
     const unsigned short* at = h + (n * P + first) * C + c;
-    float v[TILE_PER];
+    const bool pairs = C % 2 == 0;  // the same for the whole grid: never diverges
+    float v[TILE_PER];  // v[2j], v[2j + 1]: channels c, c + 1 at position first + j * LOAD_STEP
 #pragma unroll
-    for (int j = 0; j < TILE_PER; ++j) {
-        v[j] = c < C && first + j * LOAD_STEP < P ? half_float(at[(I)(j * LOAD_STEP) * C]) : 0.0f;
+    for (int j = 0; j < TILE_PER / 2; ++j) {
+        const bool inside = first + j * LOAD_STEP < P;
+        const unsigned short* from = at + (I)(j * LOAD_STEP) * C;
+        if (pairs) {
+            const unsigned int two = inside && c < C ? *reinterpret_cast<const unsigned int*>(from) : 0u;
+            v[2 * j] = half_float((unsigned short)(two & 0xffffu));
+            v[2 * j + 1] = half_float((unsigned short)(two >> 16));
+        } else {
+            v[2 * j] = inside && c < C ? half_float(from[0]) : 0.0f;
+            v[2 * j + 1] = inside && c + 1 < C ? half_float(from[1]) : 0.0f;
+        }
     }
 #pragma unroll
-    for (int j = 0; j < TILE_PER; ++j) {
-        tile[tc][tp + j * LOAD_STEP] = v[j];
+    for (int j = 0; j < TILE_PER / 2; ++j) {
+        tile[tc][tp + j * LOAD_STEP] = v[2 * j];
+        tile[tc + 1][tp + j * LOAD_STEP] = v[2 * j + 1];
     }
 }
 
-// The same tile through the tail into y: a thread keeps one position and steps along the channels.
+// The same tile through the tail into y: a thread keeps a pair of positions and steps along the channels; where P
+// is even the pair starts 8-byte aligned and goes out as one store.
 template <typename I>
 __device__ __forceinline__ void store_tile(@STORE_PARAMS@)
 {
-    const int tp = threadIdx.x % TP, tc = threadIdx.x / TP;  // a warp writes 32 positions of a channel
+    const int tp = 2 * (threadIdx.x % (TP / 2)), tc = threadIdx.x / (TP / 2);  // a warp writes 64 positions
     const I p = p0 + tp;
     if (p >= P) return;
+    const bool second = p + 1 < P, pairs = P % 2 == 0;  // pairs: the same for the whole grid
 #pragma unroll
-    for (int j = 0; j < TILE_PER; ++j) {
-        const I c = c0 + tc + j * STORE_STEP;
+    for (int j = 0; j < TILE_PER / 2; ++j) {
+        const int row = tc + j * STORE_STEP;
+        const I c = c0 + row;
         if (c < C) {
-            const I i = (n * C + c) * P + p;
-            y[i] = ew_apply(@CALL@);
+            const I first = (n * C + c) * P + p;
+            float r[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const I i = first + e, q = p + e;
+                r[e] = e == 0 || second ? ew_apply(@CALL@) : 0.0f;
+            }
+            if (second && pairs) {
+                *reinterpret_cast<float2*>(y + first) = make_float2(r[0], r[1]);
+            } else {
+                y[first] = r[0];
+                if (second) y[first + 1] = r[1];
+            }
         }
     }
 }
@@ -128,8 +155,8 @@ CAST_KERNEL = (
     + f"#define CAST_TC {CAST_TILE[0]}\n#define CAST_TP {CAST_TILE[1]}\n"
     + "#define CAST_PER (CAST_TC * CAST_TP / THREADS)  // a thread's elements of a tile\n"
     + "#define CAST_LOAD_STEP (THREADS / CAST_TP)  // channels between a thread's loads\n"
-    + "#define CAST_STORE_STEP (THREADS / CAST_TC)  // positions between its stores\n"
-    + 'static_assert(THREADS % CAST_TC == 0 && THREADS % CAST_TP == 0, "a tile the block\'s threads divide");\n'
+    + "#define CAST_STORE_STEP (2 * THREADS / CAST_TC)  // positions between its stores (a pair of channels each)\n"
+    + 'static_assert(THREADS % CAST_TP == 0 && THREADS % (CAST_TC / 2) == 0, "a tile the block\'s threads divide");\n'
     + r"""
 __device__ __forceinline__ unsigned short float_half(float f)
 {
@@ -147,7 +174,8 @@ __device__ __forceinline__ void cast_body(const float* __restrict__ x, unsigned 
     __shared__ float cast_tile[CAST_TC][CAST_TP + 1];
     const I c0 = (I)blockIdx.y * CAST_TC, p0 = (I)blockIdx.x * CAST_TP;
     const int lp = threadIdx.x % CAST_TP, lc = threadIdx.x / CAST_TP;  // loads: a position, channels stepped
-    const int sc = threadIdx.x % CAST_TC, sp = threadIdx.x / CAST_TC;  // stores: a channel, positions stepped
+    const int sc = 2 * (threadIdx.x % (CAST_TC / 2)), sp = threadIdx.x / (CAST_TC / 2);  // stores: a channel pair
+    const bool pairs = C % 2 == 0;  // then a pair starts 4-byte aligned and goes out as one store
     for (I n = blockIdx.z; n < N; n += gridDim.z) {
         const I p = p0 + lp, c = c0 + sc;
         const float* from = x + (n * C + c0 + lc) * P + p;
@@ -163,9 +191,17 @@ __device__ __forceinline__ void cast_body(const float* __restrict__ x, unsigned 
         __syncthreads();
         unsigned short* to = xh + (n * P + p0 + sp) * C + c;
 #pragma unroll
-        for (int j = 0; j < CAST_PER; ++j) {  // and writes 32 channels of a position
-            if (c < C && p0 + sp + j * CAST_STORE_STEP < P) {
-                to[(I)(j * CAST_STORE_STEP) * C] = float_half(cast_tile[sc][sp + j * CAST_STORE_STEP]);
+        for (int j = 0; j < CAST_PER / 2; ++j) {  // and writes 32 channels of each of two positions
+            const int q = sp + j * CAST_STORE_STEP;
+            if (c < C && p0 + q < P) {
+                const unsigned short a = float_half(cast_tile[sc][q]), b = float_half(cast_tile[sc + 1][q]);
+                unsigned short* at = to + (I)(j * CAST_STORE_STEP) * C;
+                if (pairs) {
+                    *reinterpret_cast<unsigned int*>(at) = (unsigned int)a | (unsigned int)b << 16;
+                } else {
+                    at[0] = a;
+                    if (c + 1 < C) at[1] = b;
+                }
             }
         }
         __syncthreads();  // the next sample's loads overwrite the tile
@@ -258,8 +294,8 @@ def nhwc_kernel(spec: dict[str, Any], params: Params, summary: str) -> str:
     bands_t = [f"const float* __restrict__ b{k}, I inner{k}, I size{k}" for k in range(nb)]
     store_t = [full_t[k] for k in others] + bands_t
     store_t += ["float (*tile)[TP + 1]", "float* __restrict__ y", "I n", "I c0", "I p0", "I C", "I P"]
-    values = ["tile[tc + j * STORE_STEP][tp]" if k == heavy else f"f{k}[i]" for k in range(nf)] + [
-        f"b{k}[nhwc_band<I>(i, c, p, C, P, inner{k}, size{k})]" for k in range(nb)
+    values = ["tile[row][tp + e]" if k == heavy else f"f{k}[i]" for k in range(nf)] + [
+        f"b{k}[nhwc_band<I>(i, c, q, C, P, inner{k}, size{k})]" for k in range(nb)
     ]
     band_names = [f"b{k}, inner{k}, size{k}" for k in range(nb)]
     store_args = [f"f{k}" for k in others] + band_names + ["tile", "y", "n", "c0", "p0", "C", "P"]
