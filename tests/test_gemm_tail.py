@@ -105,7 +105,9 @@ def test_the_gemm_takes_tails_of_per_column_and_one_value_operands(problems: dic
     assert kinds is not None and sorted(kinds) == ["column", "column", "scalar", "scalar"]
     ideas = builtin.propose(load_problem(problems["fits"]).info, "cuda", 8, [], None)
     in_gemm = [i for i in ideas if i.params.get("tail") == "gemm"]
-    assert [i.params["fused"] for i in in_gemm] == [True, False], [i.params for i in ideas]
+    # The first idea: the tail in the 128x256 GEMM, the fastest point measured (the fused split is left to the search).
+    assert ideas[0] is in_gemm[0] and len(in_gemm) == 1, [i.params for i in ideas]
+    assert (in_gemm[0].params["bn"], in_gemm[0].params["fused"]) == (256, False)
     assert all("applied by the GEMM before it stores the output" in i.text for i in in_gemm)
 
 

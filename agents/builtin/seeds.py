@@ -156,13 +156,11 @@ def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
                     # wgmma before them: 3.7-4.0x eager on 4096² where mma.sync's bf16x3 ran 2.38x in the same run;
                     # 128x256 blocks with 2 stages fastest (4.01x), then 128x128 with a K step's group left in
                     # flight (3.95x) (bench/RESULTS.md). The first needs N % 256 == 0. The split fused into the GEMM
-                    # comes third: it has not run on a GPU yet (no device was lent when it was written). Three
-                    # stages there: a thread's loads for a K step then have two queued steps of wgmma to land
-                    # behind, where with two the tensor cores wait on any load slower than one step.
+                    # is no seed: on bmm_64x1024x512x1024 on an H100 it took 804 us held against 537 for the first
+                    # seed with its two split passes (bench/RESULTS.md, 2026-12-06).
                     wgmma = [
                         ("matmul_cuda_wgmma", {"bn": 256, "stages": 2}),
                         ("matmul_cuda_wgmma", {"inflight": True}),
-                        ("matmul_cuda_wgmma", {"fused": True}),
                     ]
                     mma = [*wgmma, *mma]
                 return [*mma, *out]
