@@ -98,12 +98,11 @@ def test_every_channels_last_point_compiles_with_nvrtc(problems: dict[str, Path]
         spec = builtin.analyse(load_problem(problems[name]).info).spec
         for tile in template.param("tile").values:
             for fast_math in (False, True):
-                # Each cast with one grid order (the order is one #define): both compiled, half the renderings.
-                for cast, order in zip(template.param("cast").values, template.param("order").values, strict=True):
+                for cast in template.param("cast").values:
                     point = {"spec": spec, "layout": "nhwc", "tile": tile, "fast_math": fast_math, "cast": cast}
-                    params = template.normalise({**point, "order": order})
+                    params = template.normalise(point)
                     points[json.dumps(params, sort_keys=True)] = params
-    # Three tiles, two casts (each with an order); fast math only where a tail has a transcendental (conv_tail's tanh).
+    # Three tiles, two casts; fast math only where a tail has a transcendental (conv_tail's tanh).
     assert len(points) == 3 * 4 * 2
     assert_cuda_renderings_compile(
         (template.name, p, builtin.render(template.name, p, "cuda")) for p in points.values()
@@ -227,26 +226,22 @@ def _emulated_nhwc(src: str, nb: int) -> ctypes.CDLL:
 
 
 @pytest.mark.parametrize("name", sorted(CONVS))
-@pytest.mark.parametrize(
-    ("bias", "tile", "order"),
-    [("tail", "32x64", "positions"), ("library", "64x64", "channels"), ("tail", "32x128", "channels")],
-)
+@pytest.mark.parametrize(("bias", "tile"), [("tail", "32x64"), ("library", "64x64"), ("tail", "32x128")])
 def test_the_channels_last_tail_transposes_the_fp16_result_when_emulated(
-    name: str, bias: str, tile: str, order: str, problems: dict[str, Path]
+    name: str, bias: str, tile: str, problems: dict[str, Path]
 ) -> None:
     h16, expected, bands, spec = fp16_case(problems[name], CONVS[name][1], bias)
-    point = {"spec": spec, "bias": bias, "layout": "nhwc", "tile": tile, "order": order}
-    src = builtin.render("epilogue_cuda_half", point, "cuda")
+    src = builtin.render("epilogue_cuda_half", {"spec": spec, "bias": bias, "layout": "nhwc", "tile": tile}, "cuda")
     lib = _emulated_nhwc(src, len(bands))
     bits = h16.permute(0, 2, 3, 1).contiguous().view(torch.int16)  # what cuDNN writes: [n][h][w][c]
     batch, channels = expected.shape[:2]
     positions = expected.numel() // (batch * channels)
     tile_c, tile_p = map(int, tile.split("x"))
-    tiles = -(-positions // tile_p) * -(-channels // tile_c)  # the grid's x: a sample's tiles
+    tiles = (-(-positions // tile_p), -(-channels // tile_c))
     for kernel, samples in (("ew_nhwc_i32", batch), ("ew_nhwc_i64", 1)):  # one grid slice: a loop over the samples
         y = torch.full_like(expected, float("nan"))
         c = ctypes.c_int64 if kernel.endswith("i64") else ctypes.c_uint32
-        args: list = [tiles, 1, samples, ctypes.c_void_p(bits.data_ptr())]
+        args: list = [*tiles, samples, ctypes.c_void_p(bits.data_ptr())]
         for t, size, inner in bands:
             args += [ctypes.c_void_p(t.data_ptr()), c(inner), c(size)]
         getattr(lib, f"run_{kernel}")(*args, ctypes.c_void_p(y.data_ptr()), c(batch), c(channels), c(positions))

@@ -209,7 +209,7 @@ def _epilogue_wgmma_irrelevant(p: Params) -> tuple[str, ...]:
 
 def _epilogue_half_irrelevant(p: Params) -> tuple[str, ...]:
     # Channels-last, the tail is the tiled transposing kernel: none of the streaming kernel's shape applies.
-    tail_kernel = ("block", "items", "vec4", "grid") if p["layout"] == "nhwc" else ("tile", "cast", "order")
+    tail_kernel = ("block", "items", "vec4", "grid") if p["layout"] == "nhwc" else ("tile", "cast")
     return _epilogue_cuda_irrelevant(p) + tail_kernel
 
 
@@ -260,8 +260,6 @@ _HALF_PARAMS = (
     Param("layout", ("nchw", "nhwc"), "nchw", structural=True),
     Param("tile", ("32x64", "64x64", "32x128"), "32x64"),  # channels-last: channels x positions a block moves
     Param("cast", ("torch", "kernel"), "torch"),  # channels-last: the input's fp16 copy by torch or by our kernel
-    # channels-last: which tiles of a sample consecutive blocks of the tail take, a position's channels or a channel's
-    Param("order", ("positions", "channels"), "positions"),
 )
 
 # The bf16x3 GEMM's parameters, for an epilogue whose linear layer it runs (128 x 128 blocks, one an SM).
@@ -406,9 +404,9 @@ def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
                 ]
                 out = [own[0], out[0], own[1], *out[1:]]
                 if _linear_fits_wgmma(shape):
-                    # On gemm_bias_relu on an H100 (bench/RESULTS.md, 2026-12-06) the tail applied by the 128x256
-                    # GEMM held 1369 us against 1419 with the tail as a kernel; the split fused into the GEMM
-                    # (128x128, 3 stages) took 2279, so it is left to the search.
+                    # On an H100 (bench/RESULTS.md, 2026-12-06) the tail applied by the 128x256 GEMM took 1.311 ms
+                    # on gemm_bias_relu and 1.336 on matmul_gelu_scale in the suite, against 1.391 and 1.471 with
+                    # the tail as a kernel; the split fused into the GEMM took 2.06-2.16, so it is left to the search.
                     out[:0] = [
                         ("epilogue_cuda_wgmma", {"bn": 256, "stages": 2, "tail": "gemm"}),
                         ("epilogue_cuda_wgmma", {"bn": 256, "stages": 2, "block": 256, "items": 2}),
@@ -600,13 +598,6 @@ CHANGES[("epilogue_cuda_half", "cast")] = lambda o, n, p, s: (
     "along the positions and written along the channels"
     if n == "kernel"
     else "the input's fp16 channels-last copy by torch's cast, a general strided copy"
-)
-CHANGES[("epilogue_cuda_half", "order")] = lambda o, n, p, s: (
-    "consecutive blocks of the tail take one position range's channel tiles in turn: together they read whole runs "
-    "of the fp16 result's rows, which are a position's channels"
-    if n == "channels"
-    else "consecutive blocks of the tail take one channel range's position tiles in turn: they write neighbouring "
-    "runs of the output"
 )
 CHANGES[("epilogue_cuda_half", "layout")] = lambda o, n, p, s: (
     "channels-last copies of the operands, the order cuDNN's tensor-core convolutions work in (torch.compile converts "

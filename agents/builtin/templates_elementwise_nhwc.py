@@ -40,7 +40,6 @@ NHWC_KERNEL = c_params(r"""
 #param FAST_MATH     // __expf / __logf / __fdividef instead of the full-precision functions
 #param TC           // channels a tile (a multiple of 32): a warp's load is a run of 32 channels of one position
 #param TP           // positions a tile (a multiple of 32): a warp's store is a run of 32 positions of one channel
-#param CHANNELS_FIRST  // 1: consecutive blocks take a position's channel tiles in turn (they share h's rows)
 #define THREADS 256
 #define TILE_PER (TC * TP / THREADS)  // a thread's elements of a tile
 #define LOAD_STEP (2 * THREADS / TC)   // positions between a thread's loads (its pair of channels fixed)
@@ -132,10 +131,7 @@ __device__ __forceinline__ void nhwc_body(@PARAMS_T@, float* __restrict__ y, I N
 {
     // +1 column: a warp's loads write down a column of the tile, TP + 1 (odd) floats apart: 32 different banks
     __shared__ float tile[TC][TP + 1];
-    // The grid's x counts the tiles of a sample; one division a block, not an element, finds this one's.
-    const I tiles_c = (C + TC - 1) / TC, tiles_p = (P + TP - 1) / TP, t = blockIdx.x;
-    const I c0 = (CHANNELS_FIRST ? t % tiles_c : t / tiles_p) * TC;
-    const I p0 = (CHANNELS_FIRST ? t / tiles_c : t % tiles_p) * TP;
+    const I c0 = (I)blockIdx.y * TC, p0 = (I)blockIdx.x * TP;
     for (I n = blockIdx.z; n < N; n += gridDim.z) {
         load_tile<I>(@HEAVY@, tile, n, c0, p0, C, P);
         __syncthreads();
@@ -266,15 +262,14 @@ _TC, _TP, _THREADS = @TC@, @TP@, 256  # the kernel's tile: channels, positions; 
 def _launch(
     n: int, shape: tuple[int, ...], full: tuple[int, ...], bands: tuple[int, ...], y: int, device: torch.device
 ) -> None:
-    # A block a tile of _TC channels x _TP positions of a sample, the grid's x over a sample's tiles; its third dim
-    # loops over the samples.
+    # A block a tile of _TC channels x _TP positions of a sample; the grid's third dim loops over the samples.
     batch, channels = shape[0], shape[1]
     positions = n // (batch * channels)
     wide = n >= 2**31  # 32-bit index math whenever it cannot overflow
     index = cupy.int64 if wide else cupy.uint32
     args = (*full, *(index(a) if k % 3 else a for k, a in enumerate(bands)), y)
     args += (index(batch), index(channels), index(positions))
-    grid = (-(-positions // _TP) * -(-channels // _TC), 1, min(batch, 65535))
+    grid = (-(-positions // _TP), -(-channels // _TC), min(batch, 65535))
     _run_kernel(_function("ew_nhwc_i64" if wide else "ew_nhwc_i32"), device, grid, (_THREADS,), args)
 @CAST_PY@
 """
@@ -319,7 +314,6 @@ def nhwc_kernel(spec: dict[str, Any], params: Params, summary: str) -> str:
         TP=tp,
         SUMMARY_C=wrap(summary, "// "),
         FAST_MATH=c_bool(params["fast_math"]),
-        CHANNELS_FIRST=c_bool(params["order"] == "channels"),
         MATH=CUDA_MATH,
         COMMON=COMMON + HALF_CU,
         APPLY=apply,
