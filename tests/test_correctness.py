@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tools.correctness import compare, mutated_inputs, tolerance
+from tools.correctness import compare, layout_differences, mutated_inputs, tolerance
 
 
 def ref() -> torch.Tensor:
@@ -109,3 +109,22 @@ def test_mutated_inputs() -> None:
     used = [x.clone(), y.clone(), 3]
     used[1][0, 0] += 1
     assert mutated_inputs([x, y, 3], used) == [1]
+
+
+def test_an_output_in_another_memory_layout_passes_and_is_named() -> None:
+    e = torch.randn(4, 6)
+    transposed = e.t().contiguous().t()  # the same values, column-major
+    assert compare(transposed, [e], None, "strict", 0).passed
+    (line,) = layout_differences([transposed], [e])
+    assert line.startswith("layout: the output has strides (1, 4) where the reference's has (6, 1)"), line
+    assert layout_differences([e.clone()], [e]) == []
+    image = torch.randn(2, 3, 4, 5)
+    lines = layout_differences([image.clone(), image.to(memory_format=torch.channels_last)], [image, image])
+    assert len(lines) == 1 and lines[0].startswith("layout: output 1 has strides (60, 1, 15, 3)"), lines
+
+
+def test_strides_of_size_one_dims_are_not_a_layout() -> None:
+    e = torch.randn(5, 1, 7)
+    odd = torch.as_strided(e.clone(), (5, 1, 7), (7, 99, 1))  # any stride is right where a dim has one element
+    assert layout_differences([odd], [e]) == []
+    assert layout_differences([torch.zeros(3)], [torch.zeros(4)]) == []  # a shape mismatch is compare's to report

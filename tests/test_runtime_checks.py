@@ -141,6 +141,25 @@ def test_degenerate_problem_is_flagged_and_a_real_kernel_still_passes() -> None:
     assert not any(w.startswith("degenerate") for w in run(PROBLEMS / "candidates" / "softmax_cpu.py", "cpu").warnings)
 
 
+def test_a_right_answer_in_another_memory_layout_is_accepted_with_a_warning(tmp_path: Path) -> None:
+    source = (PROBLEMS / "candidates" / "softmax_cpu.py").read_text()
+    assert "class ModelNew(nn.Module):" in source
+    column_major = tmp_path / "softmax_column_major.py"
+    column_major.write_text(
+        source.replace("class ModelNew(nn.Module):", "class RowMajor(nn.Module):") + "\n\nclass ModelNew(RowMajor):\n"
+        "    def forward(self, x: torch.Tensor) -> torch.Tensor:\n"
+        "        return super().forward(x).t().contiguous().t()\n"
+    )
+    ev = run(column_major, "cpu")
+    assert ev.accepted, ev.result
+    layout = [w for w in ev.warnings if w.startswith("layout:")]
+    assert layout == [
+        "layout: the output has strides (1, 96) where the reference's has (3000, 1) (the same values "
+        "in another memory order; code that views it as the reference's reads it wrongly)"
+    ], ev.warnings
+    assert not any(w.startswith("layout:") for w in run(PROBLEMS / "candidates" / "softmax_cpu.py", "cpu").warnings)
+
+
 def test_second_shape_is_checked_where_the_problem_allows_one() -> None:
     ev = run(PROBLEMS / "candidates" / "layernorm_cpu.py", "cpu", problem="layernorm_small.py")
     assert ev.accepted, ev.result

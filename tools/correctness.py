@@ -119,6 +119,25 @@ def compare(
     )
 
 
+def layout_differences(actual: list[Any], expected: list[torch.Tensor]) -> list[str]:
+    """A line for each output laid out in memory otherwise than the reference's. Values are compared whatever the
+    layout (a channels-last or transposed answer passes), but a caller that assumes the reference's layout, through
+    ``.view`` or a raw pointer, would read it wrongly or fail. Strides of size-1 dims are ignored: any value is
+    right there."""
+    out = []
+    for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+        if not isinstance(a, torch.Tensor) or a.shape != e.shape:
+            continue
+        dims = [d for d, n in enumerate(e.shape) if n > 1]
+        if [a.stride(d) for d in dims] != [e.stride(d) for d in dims]:
+            where = f"output {i}" if len(expected) > 1 else "the output"
+            out.append(
+                f"layout: {where} has strides {tuple(a.stride())} where the reference's has {tuple(e.stride())} "
+                "(the same values in another memory order; code that views it as the reference's reads it wrongly)"
+            )
+    return out
+
+
 def mutated_inputs(pristine: list[Any], used: list[Any]) -> list[int]:
     """Indices of tensor inputs whose contents the candidate changed."""
     changed = []
