@@ -133,7 +133,7 @@ def layout_differences(actual: list[Any], expected: list[torch.Tensor]) -> list[
             where = f"output {i}" if len(expected) > 1 else "the output"
             out.append(
                 f"layout: {where} has strides {tuple(a.stride())} where the reference's has {tuple(e.stride())} "
-                "(the same values in another memory order; code that views it as the reference's reads it wrongly)"
+                "(the same values in another memory order; code that relies on the reference's may fail or misread it)"
             )
     return out
 
