@@ -153,7 +153,8 @@ class Batch:
             log.info("problem_not_loadable", problem=name, exc_info=True)
             return failed_row(name, path, "skipped", reason_for(exc, self.base.device, path))
         try:
-            check_fits(problem.info, self.base.device, job_memory_bytes(self.base.sandbox, self.base.device))
+            memory = job_memory_bytes(self.base.sandbox, self.base.device)
+            check_fits(problem.info, self.base.device, memory, self.base.n_checks)  # the estimate evaluate makes
         except ProblemError as exc:
             return failed_row(name, path, "skipped", reason_for(exc, self.base.device, path), problem)
         config = self.base.model_copy(update={"problem": str(path)})
