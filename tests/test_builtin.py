@@ -457,6 +457,17 @@ def test_every_cuda_template_is_correct_on_the_gpu(template: str, sandbox: Local
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("block", [256, 1024])
+def test_the_persistent_layernorm_holding_x_in_shared_memory_is_correct_on_the_gpu(
+    block: int, sandbox: LocalSandbox
+) -> None:
+    """Five rows, so both of a block's x buffers are filled and refilled; 2,880 columns over 132 blocks leave the
+    last blocks' chunks empty."""
+    params = {"block": block, "per_sm": 1, "items": 4, "unroll": 2, "hold": True}
+    assert_correct(load_problem(PROBLEMS / "layernorm_small.py"), "layernorm_cuda_persistent", params, "cuda", sandbox)
+
+
+@pytest.mark.gpu
 def test_strict_matmul_seeds_are_correct_on_the_gpu(sandbox: LocalSandbox) -> None:
     """The strict policy's first ideas on 4096² (both orders, with and without the early first slice) agree with
     cuBLAS fp32 to within 1e-3: they sum each output in K order, as cuBLAS does."""

@@ -279,16 +279,21 @@ def _softmax_cluster_text(p: Params) -> str:
 
 
 def _layernorm_persistent_text(p: Params) -> str:
-    staged = (
-        f", the next row's first {p['stage']} float4 a thread fetched into shared memory over the wait"
-        if p["stage"]
-        else ""
-    )
-    hints = "; L2 hints keep x between its two reads" if p["hints"] else ""
+    if p["hold"]:
+        reread = "x's chunk held in shared memory (two rows' buffers: the next row fetched whole over the wait)"
+        hints = "; an L2 hint drops y" if p["hints"] else ""
+    else:
+        staged = (
+            f", the next row's first {p['stage']} float4 a thread fetched into shared memory over the wait"
+            if p["stage"]
+            else ""
+        )
+        reread = f"x re-read from L2 to normalise{staged}"
+        hints = "; L2 hints keep x between its two reads" if p["hints"] else ""
     return (
         f"a persistent cooperative grid ({p['per_sm']} block(s) of {p['block']} threads per SM) holds the weight "
         f"(shared memory) and bias (registers, {p['items']} float4 a thread) on chip for the whole call; rows one "
-        f"at a time: block sums merged through an arrival counter, x re-read from L2 to normalise{staged}{hints}"
+        f"at a time: block sums merged through an arrival counter, {reread}{hints}"
     )
 
 
@@ -336,7 +341,7 @@ def _layernorm_persistent_valid(p: Params) -> bool:
     return (
         threads <= 2048
         and 4 * p["items"] + 32 <= 65536 // threads
-        and p["stage"] <= p["items"]
+        and (p["hold"] or p["stage"] <= p["items"])
         and p["per_sm"] * (smem + 1024) <= 228 * 1024
     )
 
@@ -522,10 +527,12 @@ TEMPLATES: dict[str, Template] = {
                 Param("unroll", (2, 4), 4),
                 Param("stage", (0, 2, 4, 8), 8),
                 Param("hints", (True, False), True),
+                Param("hold", (False, True), False),
             ),
             templates_layernorm_cuda.render_layernorm_persistent,
             _layernorm_persistent_text,
             valid=_layernorm_persistent_valid,
+            irrelevant=lambda p: ("stage",) if p["hold"] else (),  # the whole next row is fetched
             extras=("eps",),
             runs_on=lambda p, s: s.cols % 4 == 0 and s.cols <= H200_SMS * p["per_sm"] * p["block"] * p["items"] * 4,
         ),

@@ -19,6 +19,11 @@ While the grid waits, the first ``stage`` float4 per thread of the next row are 
 shared memory (cp.async), so the memory system is not idle over the wait. DRAM then sees x once, y once and the
 weight and bias once (ncu: 303 MB read and 243 MB written on (16, 64, 256, 256)).
 
+With ``hold`` the block keeps x's chunk itself, in two shared-memory buffers (row r in buffer r % 2): the next
+row is fetched whole while the grid waits and both statistics and normalising read it there, so nothing depends
+on L2 keeping x. Three chunks (weight and two of x) must fit a block's shared memory, which rows of up to about
+2 Mi elements do with one block per SM.
+
 The kernel sources are raw string literals whose ``#ifndef`` defaults are the chosen parameters, like
 ``templates_layernorm_rows_cuda``.
 """
@@ -186,7 +191,13 @@ LAYERNORM_PERSISTENT_CU = c_params(r"""
 #param UNROLL       // float4 loads in flight per thread
 #param STAGE        // float4 per thread of the next row fetched into shared memory while the grid waits
 #param HINTS        // L2 eviction hints: keep x's first read, drop its second read and y
+#param HOLD         // x's chunk held in shared memory, two rows' worth: the next row fetched whole over the wait
 #define WARPS (BLOCK / 32)
+#if HOLD
+#define STAGED ITEMS  // float4 per thread of a row that statistics and normalise read from shared memory
+#else
+#define STAGED STAGE
+#endif
 
 __device__ __forceinline__ float2 block_sum2(float s, float q, float2* red)
 {
@@ -267,10 +278,12 @@ layernorm_persistent(const float* __restrict__ x, const float* __restrict__ w, c
                      float* __restrict__ y, float2* __restrict__ parts, unsigned* __restrict__ arrived, int rows,
                      long long cols, float eps)
 {
-    extern __shared__ float4 smem[];  // ITEMS * BLOCK float4 of weight, then STAGE * BLOCK of the next row
+    // ITEMS * BLOCK float4 of weight, then STAGE * BLOCK of the next row; with HOLD two buffers of ITEMS * BLOCK,
+    // row r in buffer r % 2
+    extern __shared__ float4 smem[];
     __shared__ float2 red[WARPS];
     float4* const wsm = smem;
-    float4* const stage = smem + ITEMS * BLOCK;
+    auto stage_of = [&](int r) { return smem + ITEMS * BLOCK * (1 + (HOLD ? r % 2 : 0)); };
     const int G = gridDim.x, tid = threadIdx.x;
     const long long chunk = ((cols + G - 1) / G + 3) / 4 * 4;
     const long long begin = min(cols, (long long)blockIdx.x * chunk);
@@ -288,12 +301,15 @@ layernorm_persistent(const float* __restrict__ x, const float* __restrict__ w, c
     }
     cp_async_commit();
 
+    // A thread fetches, and later reads back, only its own slots j = k * BLOCK + tid: no block barrier between
+    // normalising from a buffer and refilling it.
     auto prefetch = [&](int r) {
         const float4* xp = reinterpret_cast<const float4*>(x + (long long)r * cols + begin);
+        float4* const stage = stage_of(r);
 #pragma unroll
-        for (int k = 0; k < STAGE; ++k) {
+        for (int k = 0; k < STAGED; ++k) {
             const int j = k * BLOCK + tid;
-            if (j < n4) cp_async16(&stage[j], xp + j, keep);  // read again from L2 when normalising
+            if (j < n4) cp_async16(&stage[j], xp + j, HOLD ? drop : keep);  // without HOLD, re-read from L2
         }
         cp_async_commit();
     };
@@ -304,6 +320,7 @@ layernorm_persistent(const float* __restrict__ x, const float* __restrict__ w, c
         const float shift = __ldg(xr);
         const float4* xp = reinterpret_cast<const float4*>(xr + begin);
         const float4 pad = make_float4(shift, shift, shift, shift);  // adds nothing once shifted
+        const float4* const stage = stage_of(r);
         if (staged) cp_async_wait<0>();  // each thread reads back only the slots it fetched
         float s = 0.0f, q = 0.0f;
 #pragma unroll
@@ -312,7 +329,7 @@ layernorm_persistent(const float* __restrict__ x, const float* __restrict__ w, c
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u) {
                 const int k = k0 + u, j = k * BLOCK + tid;
-                if (k < STAGE && staged) v[u] = j < n4 ? stage[j] : pad;
+                if (k < STAGED && staged) v[u] = j < n4 ? stage[j] : pad;
                 else v[u] = k < ITEMS && j < n4 ? LOAD_FIRST(xp + j) : pad;
             }
 #pragma unroll
@@ -334,11 +351,12 @@ layernorm_persistent(const float* __restrict__ x, const float* __restrict__ w, c
         const float* xr = x + (long long)r * cols;
         const float4* xp = reinterpret_cast<const float4*>(xr + begin);
         float4* yp = reinterpret_cast<float4*>(y + (long long)r * cols + begin);
+        const float4* const held = stage_of(r);
         float4 v[UNROLL];
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {  // in flight while the grid's partials are awaited
             const int j = u * BLOCK + tid;
-            if (u < ITEMS && j < n4) v[u] = LOAD_LAST(xp + j);
+            if (u < ITEMS && j < n4) v[u] = HOLD ? held[j] : LOAD_LAST(xp + j);
         }
         if (tid == 0) {
             while (*reinterpret_cast<volatile unsigned*>(&arrived[r]) < (unsigned)G) __nanosleep(32);
@@ -351,7 +369,7 @@ layernorm_persistent(const float* __restrict__ x, const float* __restrict__ w, c
         const float mean = __ldg(xr) + ms;
         const float rstd = rsqrtf(fmaxf(t.y * inv_n - ms * ms, 0.0f) + eps);  // biased variance
         if (r == 0) {  // this thread's weight slots have landed (the next row's prefetch may still be in flight)
-            if (STAGE > 0 && rows > 1) cp_async_wait<1>();
+            if (STAGED > 0 && rows > 1) cp_async_wait<1>();
             else cp_async_wait<0>();
         }
 #pragma unroll
@@ -360,7 +378,7 @@ layernorm_persistent(const float* __restrict__ x, const float* __restrict__ w, c
 #pragma unroll
                 for (int u = 0; u < UNROLL; ++u) {
                     const int j = (k0 + u) * BLOCK + tid;
-                    if (k0 + u < ITEMS && j < n4) v[u] = LOAD_LAST(xp + j);
+                    if (k0 + u < ITEMS && j < n4) v[u] = HOLD ? held[j] : LOAD_LAST(xp + j);
                 }
             }
 #pragma unroll
@@ -379,11 +397,12 @@ layernorm_persistent(const float* __restrict__ x, const float* __restrict__ w, c
         }
     };
 
-    statistics(0, false);
+    if (HOLD) prefetch(0);
+    statistics(0, HOLD);
     for (int r = 0; r < rows; ++r) {
-        if (STAGE > 0 && r + 1 < rows) prefetch(r + 1);
+        if (STAGED > 0 && r + 1 < rows) prefetch(r + 1);
         normalise(r);
-        if (r + 1 < rows) statistics(r + 1, STAGE > 0);
+        if (r + 1 < rows) statistics(r + 1, STAGED > 0);
     }
     // Every block is past its last wait: the last one here zeroes the counters for the next call on this stream.
     if (tid == 0) {
@@ -451,8 +470,10 @@ def _scratch(device: torch.device, rows: int, grid: int) -> tuple[torch.Tensor, 
 
 
 def persistent_smem(params: dict[str, Any]) -> int:
-    """Dynamic shared memory of one block: its weight chunk and the next row's staged slots."""
-    return params["block"] * (params["items"] + params["stage"]) * 16
+    """Dynamic shared memory of one block: its weight chunk and the next row's staged slots, or with ``hold``
+    two rows' chunks of x."""
+    staged = 2 * params["items"] if params["hold"] else params["stage"]
+    return params["block"] * (params["items"] + staged) * 16
 
 
 def render_layernorm_persistent(params: dict[str, Any], summary: str) -> str:
@@ -465,6 +486,7 @@ def render_layernorm_persistent(params: dict[str, Any], summary: str) -> str:
         UNROLL=params["unroll"],
         STAGE=params["stage"],
         HINTS=c_bool(params["hints"]),
+        HOLD=c_bool(params["hold"]),
     )
     return fill(
         LAYERNORM_PERSISTENT_PY,
