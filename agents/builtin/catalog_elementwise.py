@@ -114,12 +114,6 @@ def _tile_text(p: Params) -> str:
     return f"{channels}-channel x {positions}-position"
 
 
-def _samples_text(p: Params) -> str:
-    if p["samples"] == 1:
-        return ""
-    return f", {p['samples']} samples a block with the next sample's tile loaded while this one's is written"
-
-
 def _epilogue_half_text(p: Params) -> str:
     bias = ""
     if _has_bias(p):
@@ -131,7 +125,7 @@ def _epilogue_half_text(p: Params) -> str:
         return (
             f"{_heavy_name(_spec(p))} by cuDNN in fp16 on channels-last copies of the input and the weight ({casts}), "
             f"then the tail {_expr(p)} from its fp16 result into a new fp32 buffer in the reference's order, one "
-            f"kernel moving {_tile_text(p)} tiles through shared memory{_samples_text(p)}{bias}{_math_text(p)}"
+            f"kernel moving {_tile_text(p)} tiles through shared memory{bias}{_math_text(p)}"
         )
     return (
         f"{_heavy_name(_spec(p))} by cuDNN in fp16 (torch casts the input and the weight), then the tail {_expr(p)} "
@@ -215,7 +209,7 @@ def _epilogue_wgmma_irrelevant(p: Params) -> tuple[str, ...]:
 
 def _epilogue_half_irrelevant(p: Params) -> tuple[str, ...]:
     # Channels-last, the tail is the tiled transposing kernel: none of the streaming kernel's shape applies.
-    tail_kernel = ("block", "items", "vec4", "grid") if p["layout"] == "nhwc" else ("tile", "cast", "samples")
+    tail_kernel = ("block", "items", "vec4", "grid") if p["layout"] == "nhwc" else ("tile", "cast")
     return _epilogue_cuda_irrelevant(p) + tail_kernel
 
 
@@ -266,7 +260,6 @@ _HALF_PARAMS = (
     Param("layout", ("nchw", "nhwc"), "nchw", structural=True),
     Param("tile", ("32x64", "64x64", "32x128"), "32x64"),  # channels-last: channels x positions a block moves
     Param("cast", ("torch", "kernel"), "torch"),  # channels-last: the input's fp16 copy by torch or by our kernel
-    Param("samples", (1, 4), 1),  # channels-last: samples a tail block takes, the next one's tile loaded early
 )
 
 # The bf16x3 GEMM's parameters, for an epilogue whose linear layer it runs (128 x 128 blocks, one an SM).
@@ -600,12 +593,6 @@ _TILE_WORDS = {
     "32x128": "128 positions a channel: each channel's write a 512-byte run of fp32 (16.1 KiB a block)",
 }
 CHANGES[("epilogue_cuda_half", "tile")] = lambda o, n, p, s: f"{_tile_text({'tile': n})} tiles: {_TILE_WORDS[n]}"
-CHANGES[("epilogue_cuda_half", "samples")] = lambda o, n, p, s: (
-    f"{n} samples a tail block: the next sample's tile is loaded while this one's is written, so a block's loads and "
-    "stores overlap"
-    if n > 1
-    else "one sample a tail block: its tile is loaded, then written"
-)
 CHANGES[("epilogue_cuda_half", "cast")] = lambda o, n, p, s: (
     "the input's fp16 channels-last copy by our kernel: 32-channel x 64-position tiles through shared memory, read "
     "along the positions and written along the channels"

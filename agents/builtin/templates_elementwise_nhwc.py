@@ -12,9 +12,7 @@ Torch's cast writes the channels-last copies (``cast="torch"``), or, for the inp
 channels x 64 positions through shared memory, reading runs along the positions and writing runs along the
 channels, and rounds to fp16 on the way out. The tail kernel takes the transpose back: a block moves a tile of TC
 channels x TP positions (the ``tile`` parameter) of one sample, reading runs along the channels and writing runs
-along the positions, and applies the tail on the way out. A block takes ``samples`` samples of its tile in turn,
-loading the next sample's tile into registers while the tail writes the current one's, so a block's loads and
-stores overlap instead of alternating.
+along the positions, and applies the tail on the way out.
 """
 
 from __future__ import annotations
@@ -65,38 +63,35 @@ __device__ __forceinline__ I nhwc_band(I i, I c, I p, I C, I P, I inner, I size)
     return band_index<I>(i, inner, size);
 }
 
-// A tile of sample n: channels c0.., positions p0.., from h into registers. A thread keeps one pair of channels and
-// steps along the positions: two[j] holds channels c (low half) and c + 1 (high) at position first + j * LOAD_STEP,
-// fetched as one 4-byte load where C is even (a pair then starts 4-byte aligned). All TILE_PER / 2 are in flight.
+// A tile of sample n: channels c0.., positions p0.., from h to shared memory. A thread keeps one pair of channels
+// and steps along the positions; every load is issued before the first store to the tile, so TILE_PER / 2 are in
+// flight, each of both channels at once where C is even (a pair then starts 4-byte aligned).
 template <typename I>
-__device__ __forceinline__ void fetch_tile(
-    const unsigned short* __restrict__ h, unsigned int (&two)[TILE_PER / 2], I n, I c0, I p0, I C, I P)
+__device__ __forceinline__ void load_tile(
+    const unsigned short* __restrict__ h, float (*tile)[TP + 1], I n, I c0, I p0, I C, I P)
 {
     const int tc = 2 * (threadIdx.x % (TC / 2)), tp = threadIdx.x / (TC / 2);  // a warp reads 64 channels' worth
     const I c = c0 + tc, first = p0 + tp;
     const unsigned short* at = h + (n * P + first) * C + c;
     const bool pairs = C % 2 == 0;  // the same for the whole grid: never diverges
+    float v[TILE_PER];  // v[2j], v[2j + 1]: channels c, c + 1 at position first + j * LOAD_STEP
 #pragma unroll
     for (int j = 0; j < TILE_PER / 2; ++j) {
         const bool inside = first + j * LOAD_STEP < P;
         const unsigned short* from = at + (I)(j * LOAD_STEP) * C;
         if (pairs) {
-            two[j] = inside && c < C ? *reinterpret_cast<const unsigned int*>(from) : 0u;
+            const unsigned int two = inside && c < C ? *reinterpret_cast<const unsigned int*>(from) : 0u;
+            v[2 * j] = half_float((unsigned short)(two & 0xffffu));
+            v[2 * j + 1] = half_float((unsigned short)(two >> 16));
         } else {
-            const unsigned int lo = inside && c < C ? from[0] : 0u, hi = inside && c + 1 < C ? from[1] : 0u;
-            two[j] = lo | hi << 16;
+            v[2 * j] = inside && c < C ? half_float(from[0]) : 0.0f;
+            v[2 * j + 1] = inside && c + 1 < C ? half_float(from[1]) : 0.0f;
         }
     }
-}
-
-// The fetched pairs as floats into the shared tile, at the thread's own slots.
-__device__ __forceinline__ void put_tile(const unsigned int (&two)[TILE_PER / 2], float (*tile)[TP + 1])
-{
-    const int tc = 2 * (threadIdx.x % (TC / 2)), tp = threadIdx.x / (TC / 2);
 #pragma unroll
     for (int j = 0; j < TILE_PER / 2; ++j) {
-        tile[tc][tp + j * LOAD_STEP] = half_float((unsigned short)(two[j] & 0xffffu));
-        tile[tc + 1][tp + j * LOAD_STEP] = half_float((unsigned short)(two[j] >> 16));
+        tile[tc][tp + j * LOAD_STEP] = v[2 * j];
+        tile[tc + 1][tp + j * LOAD_STEP] = v[2 * j + 1];
     }
 }
 
@@ -137,15 +132,11 @@ __device__ __forceinline__ void nhwc_body(@PARAMS_T@, float* __restrict__ y, I N
     // +1 column: a warp's loads write down a column of the tile, TP + 1 (odd) floats apart: 32 different banks
     __shared__ float tile[TC][TP + 1];
     const I c0 = (I)blockIdx.y * TC, p0 = (I)blockIdx.x * TP;
-    unsigned int two[TILE_PER / 2];
-    if ((I)blockIdx.z < N) fetch_tile<I>(@HEAVY@, two, (I)blockIdx.z, c0, p0, C, P);
     for (I n = blockIdx.z; n < N; n += gridDim.z) {
-        put_tile(two, tile);
+        load_tile<I>(@HEAVY@, tile, n, c0, p0, C, P);
         __syncthreads();
-        // A block that loops over samples has the next one's tile in flight while this one's goes out.
-        if (n + gridDim.z < N) fetch_tile<I>(@HEAVY@, two, n + gridDim.z, c0, p0, C, P);
         store_tile<I>(@STORE_ARGS@);
-        __syncthreads();  // the next sample's put overwrites the tile
+        __syncthreads();  // the next sample's loads overwrite the tile
     }
 }
 
@@ -265,21 +256,20 @@ _MODULE = cupy.RawModule(code=CUDA_SRC, options=("-std=c++17",))
 @STREAM_PY@
 @FUNCTION_PY@
 _TC, _TP, _THREADS = @TC@, @TP@, 256  # the kernel's tile: channels, positions; threads a block
-_SAMPLES = @SAMPLES@  # samples a block takes in turn, the next one's tile loaded while the tail writes this one's
 '''
     + CONSTANTS_PY
     + r"""
 def _launch(
     n: int, shape: tuple[int, ...], full: tuple[int, ...], bands: tuple[int, ...], y: int, device: torch.device
 ) -> None:
-    # A block a tile of _TC channels x _TP positions of _SAMPLES samples; the grid's third dim loops over the samples.
+    # A block a tile of _TC channels x _TP positions of a sample; the grid's third dim loops over the samples.
     batch, channels = shape[0], shape[1]
     positions = n // (batch * channels)
     wide = n >= 2**31  # 32-bit index math whenever it cannot overflow
     index = cupy.int64 if wide else cupy.uint32
     args = (*full, *(index(a) if k % 3 else a for k, a in enumerate(bands)), y)
     args += (index(batch), index(channels), index(positions))
-    grid = (-(-positions // _TP), -(-channels // _TC), min(-(-batch // _SAMPLES), 65535))
+    grid = (-(-positions // _TP), -(-channels // _TC), min(batch, 65535))
     _run_kernel(_function("ew_nhwc_i64" if wide else "ew_nhwc_i32"), device, grid, (_THREADS,), args)
 @CAST_PY@
 """
@@ -351,7 +341,6 @@ def render_nhwc(params: Params, summary: str, template: str) -> str:
         NHWC_PY,
         TC=tc,
         TP=tp,
-        SAMPLES=params["samples"],
         CUDA_SRC=nhwc_kernel(spec, params, summary) + (CAST_KERNEL if own_cast else ""),
         CAST_PY=fill(CAST_PY, MEMORY_FORMAT=channels_last(spec), CAST_TC=CAST_TILE[0], CAST_TP=CAST_TILE[1])
         if own_cast
