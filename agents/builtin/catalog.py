@@ -279,8 +279,14 @@ def _softmax_cluster_text(p: Params) -> str:
 
 
 def _layernorm_persistent_text(p: Params) -> str:
-    if p["hold"]:
+    if p["hold"] == 2:
         reread = "x's chunk held in shared memory (two rows' buffers: the next row fetched whole over the wait)"
+        hints = "; an L2 hint drops y" if p["hints"] else ""
+    elif p["hold"] == 3:
+        reread = (
+            "x's chunk held in shared memory (three rows' buffers: the next two rows in flight, row r + 1's "
+            "statistics before row r is normalised, the weight read from L2 each row)"
+        )
         hints = "; an L2 hint drops y" if p["hints"] else ""
     else:
         staged = (
@@ -290,10 +296,11 @@ def _layernorm_persistent_text(p: Params) -> str:
         )
         reread = f"x re-read from L2 to normalise{staged}"
         hints = "; L2 hints keep x between its two reads" if p["hints"] else ""
+    weight = "the weight (shared memory) and " if p["hold"] != 3 else ""
     return (
-        f"a persistent cooperative grid ({p['per_sm']} block(s) of {p['block']} threads per SM) holds the weight "
-        f"(shared memory) and bias (registers, {p['items']} float4 a thread) on chip for the whole call; rows one "
-        f"at a time: block sums merged through an arrival counter, {reread}{hints}"
+        f"a persistent cooperative grid ({p['per_sm']} block(s) of {p['block']} threads per SM) holds {weight}the "
+        f"bias (registers, {p['items']} float4 a thread) on chip for the whole call; rows one at a time: block sums "
+        f"merged through an arrival counter, {reread}{hints}"
     )
 
 
@@ -527,7 +534,7 @@ TEMPLATES: dict[str, Template] = {
                 Param("unroll", (2, 4), 4),
                 Param("stage", (0, 2, 4, 8), 8),
                 Param("hints", (True, False), True),
-                Param("hold", (False, True), False),
+                Param("hold", (0, 2, 3), 0),
             ),
             templates_layernorm_cuda.render_layernorm_persistent,
             _layernorm_persistent_text,

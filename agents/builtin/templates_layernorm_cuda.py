@@ -19,10 +19,12 @@ While the grid waits, the first ``stage`` float4 per thread of the next row are 
 shared memory (cp.async), so the memory system is not idle over the wait. DRAM then sees x once, y once and the
 weight and bias once (ncu: 303 MB read and 243 MB written on (16, 64, 256, 256)).
 
-With ``hold`` the block keeps x's chunk itself, in two shared-memory buffers (row r in buffer r % 2): the next
-row is fetched whole while the grid waits and both statistics and normalising read it there, so nothing depends
-on L2 keeping x. Three chunks (weight and two of x) must fit a block's shared memory, which rows of up to about
-2 Mi elements do with one block per SM.
+With ``hold`` the block keeps x's chunk itself, in ``hold`` shared-memory buffers (row r in buffer r % hold): the
+next row (two: the next two rows) is fetched whole while the grid waits, and both statistics and normalising read
+it there, so nothing depends on L2 keeping x. With three buffers a block computes row r + 1's statistics before
+normalising row r, so the grid-wide wait for row r is a row's work old when it comes; the weight's chunk then no
+longer fits beside them and is read from L2 (evict_last) each row. Three chunks must fit a block's shared
+memory, which rows of up to about 2 Mi elements do with one block per SM.
 
 The kernel sources are raw string literals whose ``#ifndef`` defaults are the chosen parameters, like
 ``templates_layernorm_rows_cuda``.
@@ -191,13 +193,17 @@ LAYERNORM_PERSISTENT_CU = c_params(r"""
 #param UNROLL       // float4 loads in flight per thread
 #param STAGE        // float4 per thread of the next row fetched into shared memory while the grid waits
 #param HINTS        // L2 eviction hints: keep x's first read, drop its second read and y
-#param HOLD         // x's chunk held in shared memory, two rows' worth: the next row fetched whole over the wait
+#param HOLD         // buffers of x's chunk in shared memory: 0 (x re-read from L2), 2 or 3 (rows fetched ahead)
 #define WARPS (BLOCK / 32)
+#define WEIGHT_SMEM (HOLD != 3)  // with three buffers the weight's chunk no longer fits: read from L2 each row
 #if HOLD
 #define STAGED ITEMS  // float4 per thread of a row that statistics and normalise read from shared memory
+#define AHEAD (HOLD - 1)  // rows whose fetch is in flight while one is normalised
 #else
 #define STAGED STAGE
+#define AHEAD 1
 #endif
+static_assert(HOLD == 0 || HOLD == 2 || HOLD == 3, "x held in 0, 2 or 3 buffers");
 
 __device__ __forceinline__ float2 block_sum2(float s, float q, float2* red)
 {
@@ -278,12 +284,12 @@ layernorm_persistent(const float* __restrict__ x, const float* __restrict__ w, c
                      float* __restrict__ y, float2* __restrict__ parts, unsigned* __restrict__ arrived, int rows,
                      long long cols, float eps)
 {
-    // ITEMS * BLOCK float4 of weight, then STAGE * BLOCK of the next row; with HOLD two buffers of ITEMS * BLOCK,
-    // row r in buffer r % 2
+    // ITEMS * BLOCK float4 of weight (WEIGHT_SMEM), then STAGE * BLOCK of the next row, or with HOLD that many
+    // buffers of ITEMS * BLOCK, row r in buffer r % HOLD
     extern __shared__ float4 smem[];
     __shared__ float2 red[WARPS];
     float4* const wsm = smem;
-    auto stage_of = [&](int r) { return smem + ITEMS * BLOCK * (1 + (HOLD ? r % 2 : 0)); };
+    auto stage_of = [&](int r) { return smem + ITEMS * BLOCK * (WEIGHT_SMEM + (HOLD ? r % HOLD : 0)); };
     const int G = gridDim.x, tid = threadIdx.x;
     const long long chunk = ((cols + G - 1) / G + 3) / 4 * 4;
     const long long begin = min(cols, (long long)blockIdx.x * chunk);
@@ -296,7 +302,7 @@ layernorm_persistent(const float* __restrict__ x, const float* __restrict__ w, c
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
         const int j = k * BLOCK + tid;
-        if (j < n4) cp_async16(&wsm[j], reinterpret_cast<const float4*>(w + begin) + j, drop);
+        if (WEIGHT_SMEM && j < n4) cp_async16(&wsm[j], reinterpret_cast<const float4*>(w + begin) + j, drop);
         bv[k] = j < n4 ? __ldg(reinterpret_cast<const float4*>(b + begin) + j) : zero;
     }
     cp_async_commit();
@@ -315,13 +321,15 @@ layernorm_persistent(const float* __restrict__ x, const float* __restrict__ w, c
     };
 
     // This block's partial sums of row r; then it counts itself in.
-    auto statistics = [&](int r, bool staged) {
+    // later: a younger row's fetch may stay in flight (HOLD == 3).
+    auto statistics = [&](int r, bool staged, bool later) {
         const float* xr = x + (long long)r * cols;
         const float shift = __ldg(xr);
         const float4* xp = reinterpret_cast<const float4*>(xr + begin);
         const float4 pad = make_float4(shift, shift, shift, shift);  // adds nothing once shifted
         const float4* const stage = stage_of(r);
-        if (staged) cp_async_wait<0>();  // each thread reads back only the slots it fetched
+        if (staged && later) cp_async_wait<1>();  // each thread reads back only the slots it fetched
+        else if (staged) cp_async_wait<0>();
         float s = 0.0f, q = 0.0f;
 #pragma unroll
         for (int k0 = 0; k0 < ITEMS; k0 += UNROLL) {
@@ -352,6 +360,7 @@ layernorm_persistent(const float* __restrict__ x, const float* __restrict__ w, c
         const float4* xp = reinterpret_cast<const float4*>(xr + begin);
         float4* yp = reinterpret_cast<float4*>(y + (long long)r * cols + begin);
         const float4* const held = stage_of(r);
+        const float4* const wg = reinterpret_cast<const float4*>(w + begin);
         float4 v[UNROLL];
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {  // in flight while the grid's partials are awaited
@@ -368,7 +377,8 @@ layernorm_persistent(const float* __restrict__ x, const float* __restrict__ w, c
         const float ms = t.x * inv_n;  // mean - shift
         const float mean = __ldg(xr) + ms;
         const float rstd = rsqrtf(fmaxf(t.y * inv_n - ms * ms, 0.0f) + eps);  // biased variance
-        if (r == 0) {  // this thread's weight slots have landed (the next row's prefetch may still be in flight)
+        // Row 0: this thread's weight slots have landed (the next row's prefetch may still be in flight).
+        if (WEIGHT_SMEM && r == 0) {
             if (STAGED > 0 && rows > 1) cp_async_wait<1>();
             else cp_async_wait<0>();
         }
@@ -385,7 +395,7 @@ layernorm_persistent(const float* __restrict__ x, const float* __restrict__ w, c
             for (int u = 0; u < UNROLL; ++u) {
                 const int k = k0 + u, j = k * BLOCK + tid;
                 if (k < ITEMS && j < n4) {
-                    const float4 g = wsm[j];
+                    const float4 g = WEIGHT_SMEM ? wsm[j] : load_hinted(wg + j, keep);
                     float4 o;
                     o.x = fmaf((v[u].x - mean) * rstd, g.x, bv[k].x);
                     o.y = fmaf((v[u].y - mean) * rstd, g.y, bv[k].y);
@@ -397,12 +407,18 @@ layernorm_persistent(const float* __restrict__ x, const float* __restrict__ w, c
         }
     };
 
-    if (HOLD) prefetch(0);
-    statistics(0, HOLD);
+    for (int r = 0; r < (HOLD ? AHEAD : 0) && r < rows; ++r) prefetch(r);
+    statistics(0, HOLD, AHEAD > 1 && rows > 1);
     for (int r = 0; r < rows; ++r) {
-        if (STAGED > 0 && r + 1 < rows) prefetch(r + 1);
-        normalise(r);
-        if (r + 1 < rows) statistics(r + 1, STAGED > 0);
+        if (STAGED > 0 && r + AHEAD < rows) prefetch(r + AHEAD);
+        if (AHEAD > 1) {
+            // The next row's statistics first: its arrivals are then a whole row's work ahead of their wait.
+            if (r + 1 < rows) statistics(r + 1, true, r + 2 < rows);
+            normalise(r);
+        } else {
+            normalise(r);
+            if (r + 1 < rows) statistics(r + 1, STAGED > 0, false);
+        }
     }
     // Every block is past its last wait: the last one here zeroes the counters for the next call on this stream.
     if (tid == 0) {
@@ -436,8 +452,8 @@ _THREADS, _PER_SM, _CHUNK, _SMEM = @BLOCK@, @PER_SM@, @CHUNK@, @SMEM@
 EPS = @EPS@
 # Cooperative launch: the driver refuses a grid that cannot be resident at once, so the grid-wide wait is safe.
 _KERNEL = cupy.RawKernel(CUDA_SRC, "layernorm_persistent", options=("-std=c++17",), enable_cooperative_groups=True)
-if _SMEM > 48 * 1024:
-    _KERNEL.max_dynamic_shared_size_bytes = _SMEM
+# Always: without it the dynamic and static shared memory together must stay within 48 KiB.
+_KERNEL.max_dynamic_shared_size_bytes = _SMEM
 @STREAM_PY@
 _SCRATCH = {}
 
@@ -472,8 +488,9 @@ def _scratch(device: torch.device, rows: int, grid: int) -> tuple[torch.Tensor, 
 def persistent_smem(params: dict[str, Any]) -> int:
     """Dynamic shared memory of one block: its weight chunk and the next row's staged slots, or with ``hold``
     two rows' chunks of x."""
-    staged = 2 * params["items"] if params["hold"] else params["stage"]
-    return params["block"] * (params["items"] + staged) * 16
+    hold = params["hold"]
+    weight = params["items"] if hold != 3 else 0  # three buffers leave the weight in L2
+    return params["block"] * (weight + (hold * params["items"] if hold else params["stage"])) * 16
 
 
 def render_layernorm_persistent(params: dict[str, Any], summary: str) -> str:
@@ -486,7 +503,7 @@ def render_layernorm_persistent(params: dict[str, Any], summary: str) -> str:
         UNROLL=params["unroll"],
         STAGE=params["stage"],
         HINTS=c_bool(params["hints"]),
-        HOLD=c_bool(params["hold"]),
+        HOLD=params["hold"],
     )
     return fill(
         LAYERNORM_PERSISTENT_PY,

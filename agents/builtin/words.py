@@ -137,11 +137,17 @@ BASE: dict[str, Callable[[Params, Shape], str]] = {
     ),
     "layernorm_cuda_persistent": lambda p, s: (
         f"memory-bound: {s.rows} rows of {mib(s.row_bytes)} are too long for one block and too few for the SMs. "
-        f"Holding the weight and bias on chip ({mib(2 * s.row_bytes / (H200_SMS * p['per_sm']))} per block) and "
         + (
-            "x's chunk too, two rows of it, with the next row fetched over the grid-wide wait, "
-            if p["hold"]
-            else "re-reading x from L2 one row at a time "
+            f"Holding the bias on chip, the weight in L2 and x's chunk in three buffers "
+            f"({mib(4 * s.row_bytes / (H200_SMS * p['per_sm']))} per block), with the next two rows fetched over "
+            "the grid-wide wait, "
+            if p["hold"] == 3
+            else f"Holding the weight and bias on chip ({mib(2 * s.row_bytes / (H200_SMS * p['per_sm']))} per block) "
+            + (
+                "and x's chunk too, two rows of it, with the next row fetched over the grid-wide wait, "
+                if p["hold"]
+                else "and re-reading x from L2 one row at a time "
+            )
         )
         + "leaves DRAM x once, y once and the weight and bias once; the price is a grid-wide wait per row: measured "
         "0.20 ms on the GPU on 16×(64×256×256) on the H200, against 0.22 ms for the two-kernel wide LayerNorm (on "
