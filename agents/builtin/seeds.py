@@ -172,20 +172,27 @@ def _persistent_layernorm_seeds(shape: Shape) -> list[tuple[str, Params]]:
     """``layernorm_cuda_persistent`` where a row is long enough (>= 1 Mi elements) for its grid-wide wait to be
     small beside reading it, and fits the grid (132 SMs): blocks of 512 threads with the fewest float4 a thread
     that hold a row's chunk, half of them staged, as the H200 sweep chose (bench/RESULTS.md); then 1024 threads
-    with half the float4."""
+    with half the float4. Where three chunks of x fit a block's shared memory (rows up to ~2 Mi elements), x
+    held in three buffers comes first: 190 us held against 218 for the staged point on (32, 1024, 2048) on the
+    H200 (bench/RESULTS.md, 2026-12-06), and the staged point goes last."""
     if shape.cols % 4 or shape.rows > 64 or shape.cols < 1 << 20:
         return []
     fitting = [v for v in (4, 8, 16) if H200_SMS * 512 * v * 4 >= shape.cols]
     if not fitting:
         return []
     items = fitting[0]
-    return [
-        ("layernorm_cuda_persistent", {"block": 512, "per_sm": 1, "items": items, "unroll": 4, "stage": items // 2}),
-        (
-            "layernorm_cuda_persistent",
-            {"block": 1024, "per_sm": 1, "items": max(4, items // 2), "unroll": 2, "stage": 2},
-        ),
-    ]
+    staged = (
+        "layernorm_cuda_persistent",
+        {"block": 512, "per_sm": 1, "items": items, "unroll": 4, "stage": items // 2},
+    )
+    wide = (
+        "layernorm_cuda_persistent",
+        {"block": 1024, "per_sm": 1, "items": max(4, items // 2), "unroll": 2, "stage": 2},
+    )
+    held = ("layernorm_cuda_persistent", {"block": 512, "per_sm": 1, "items": items, "unroll": 2, "hold": 3})
+    if 3 * 512 * items * 16 + 1024 <= 228 * 1024:
+        return [held, wide, staged]
+    return [staged, wide]
 
 
 def _wide_layernorm_seeds(shape: Shape) -> list[tuple[str, Params]]:
