@@ -8,7 +8,7 @@ templates (``catalog_reduce.seeds``, ``catalog_elementwise.seeds``), which ``see
 from __future__ import annotations
 
 from agents.builtin import catalog_elementwise, catalog_reduce
-from agents.builtin.catalog import H200_SMS, Params
+from agents.builtin.catalog import H200_SMS, TEMPLATES, Params
 from agents.builtin.recognise import Shape
 from agents.builtin.recognise_reduce import NORMS
 
@@ -181,18 +181,14 @@ def _persistent_layernorm_seeds(shape: Shape) -> list[tuple[str, Params]]:
     if not fitting:
         return []
     items = fitting[0]
-    staged = (
-        "layernorm_cuda_persistent",
-        {"block": 512, "per_sm": 1, "items": items, "unroll": 4, "stage": items // 2},
-    )
-    wide = (
-        "layernorm_cuda_persistent",
-        {"block": 1024, "per_sm": 1, "items": max(4, items // 2), "unroll": 2, "stage": 2},
-    )
-    held = ("layernorm_cuda_persistent", {"block": 512, "per_sm": 1, "items": items, "unroll": 2, "hold": 3})
-    if 3 * 512 * items * 16 + 1024 <= 228 * 1024:
-        return [held, wide, staged]
-    return [staged, wide]
+    name = "layernorm_cuda_persistent"
+    staged = (name, {"block": 512, "per_sm": 1, "items": items, "unroll": 4, "stage": items // 2})
+    big_blocks = (name, {"block": 1024, "per_sm": 1, "items": max(4, items // 2), "unroll": 2, "stage": 2})
+    held = (name, {"block": 512, "per_sm": 1, "items": items, "unroll": 2, "hold": 3})
+    template = TEMPLATES[name]
+    if template.valid({**template.defaults(), **held[1]}):  # three chunks fit the shared memory
+        return [held, big_blocks, staged]
+    return [staged, big_blocks]
 
 
 def _wide_layernorm_seeds(shape: Shape) -> list[tuple[str, Params]]:

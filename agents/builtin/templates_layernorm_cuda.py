@@ -487,7 +487,7 @@ def _scratch(device: torch.device, rows: int, grid: int) -> tuple[torch.Tensor, 
 
 def persistent_smem(params: dict[str, Any]) -> int:
     """Dynamic shared memory of one block: its weight chunk and the next row's staged slots, or with ``hold``
-    two rows' chunks of x."""
+    that many chunks of x (and the weight's chunk only beside two)."""
     hold = params["hold"]
     weight = params["items"] if hold != 3 else 0  # three buffers leave the weight in L2
     return params["block"] * (weight + (hold * params["items"] if hold else params["stage"])) * 16
