@@ -281,13 +281,11 @@ def _softmax_cluster_text(p: Params) -> str:
 def _layernorm_persistent_text(p: Params) -> str:
     if p["hold"] == 2:
         reread = "x's chunk held in shared memory (two rows' buffers: the next row fetched whole over the wait)"
-        hints = "; an L2 hint drops y" if p["hints"] else ""
     elif p["hold"] == 3:
         reread = (
             "x's chunk held in shared memory (three rows' buffers: the next two rows in flight, row r + 1's "
             "statistics before row r is normalised, the weight read from L2 each row)"
         )
-        hints = "; an L2 hint drops y" if p["hints"] else ""
     else:
         staged = (
             f", the next row's first {p['stage']} float4 a thread fetched into shared memory over the wait"
@@ -295,7 +293,7 @@ def _layernorm_persistent_text(p: Params) -> str:
             else ""
         )
         reread = f"x re-read from L2 to normalise{staged}"
-        hints = "; L2 hints keep x between its two reads" if p["hints"] else ""
+    hints = ("; an L2 hint drops y" if p["hold"] else "; L2 hints keep x between its two reads") if p["hints"] else ""
     weight = "the weight (shared memory) and " if p["hold"] != 3 else ""
     return (
         f"a persistent cooperative grid ({p['per_sm']} block(s) of {p['block']} threads per SM) holds {weight}the "
