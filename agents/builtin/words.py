@@ -137,18 +137,7 @@ BASE: dict[str, Callable[[Params, Shape], str]] = {
     ),
     "layernorm_cuda_persistent": lambda p, s: (
         f"memory-bound: {s.rows} rows of {mib(s.row_bytes)} are too long for one block and too few for the SMs. "
-        + (
-            f"Holding the bias on chip, the weight in L2 and x's chunk in three buffers "
-            f"({mib(4 * s.row_bytes / (H200_SMS * p['per_sm']))} per block), with the next two rows fetched over "
-            "the grid-wide wait, "
-            if p["hold"] == 3
-            else f"Holding the weight and bias on chip ({mib(2 * s.row_bytes / (H200_SMS * p['per_sm']))} per block) "
-            + (
-                "and x's chunk too, two rows of it, with the next row fetched over the grid-wide wait, "
-                if p["hold"]
-                else "and re-reading x from L2 one row at a time "
-            )
-        )
+        + _persistent_on_chip(p, s)
         + "leaves DRAM x once, y once and the weight and bias once; the price is a grid-wide wait per row: measured "
         "0.20 ms on the GPU on 16×(64×256×256) on the H200, against 0.22 ms for the two-kernel wide LayerNorm; on "
         "32×(1024×2048), 0.19 ms held with x in three buffers, 0.20 in two, 0.22 re-read from L2, 0.29 for "
@@ -171,6 +160,25 @@ BASE: dict[str, Callable[[Params, Shape], str]] = {
         )
     ),
 }
+
+
+def _persistent_on_chip(p: Params, s: Shape) -> str:
+    """What the persistent LayerNorm keeps on chip, and per block, for its ``hold``."""
+
+    def per_block(chunks: int) -> str:
+        return mib(chunks * s.row_bytes / (H200_SMS * p["per_sm"]))
+
+    if p["hold"] == 3:
+        return (
+            f"Holding the bias on chip, the weight in L2 and x's chunk in three buffers ({per_block(4)} per block), "
+            "with the next two rows fetched over the grid-wide wait, "
+        )
+    x = (
+        "and x's chunk too, two rows of it, with the next row fetched over the grid-wide wait, "
+        if p["hold"]
+        else "and re-reading x from L2 one row at a time "
+    )
+    return f"Holding the weight and bias on chip ({per_block(2)} per block) {x}"
 
 
 def _tiles(p: Params, s: Shape) -> int:
