@@ -474,15 +474,29 @@ def test_the_persistent_layernorm_holding_x_in_shared_memory_is_correct_on_the_g
 
 @pytest.mark.gpu
 def test_strict_matmul_seeds_are_correct_on_the_gpu(sandbox: LocalSandbox) -> None:
-    """The strict policy's first ideas on 4096² (both orders, with and without the early first slice) agree with
-    cuBLAS fp32 to within 1e-3: they sum each output in K order, as cuBLAS does."""
+    """The strict policy's first ideas on 4096² (the bulk-copy kernel, then the SIMT one with and without the early
+    first slice) agree with cuBLAS fp32 to within 1e-3: they sum each output in K order, as cuBLAS does."""
     problem = load_problem(PROBLEMS / "matmul_4096.py")
-    ideas = builtin.propose(problem.info, "cuda", 3, [], None, policy="strict")
-    assert [idea.template for idea in ideas] == ["matmul_cuda_simt"] * 3
-    assert any(idea.params["early"] for idea in ideas) and any(not idea.params["early"] for idea in ideas)
+    ideas = builtin.propose(problem.info, "cuda", 4, [], None, policy="strict")
+    assert [idea.template for idea in ideas] == ["matmul_cuda_bulk"] + ["matmul_cuda_simt"] * 3
+    simt = ideas[1:]
+    assert any(idea.params["early"] for idea in simt) and any(not idea.params["early"] for idea in simt)
     for idea in ideas:
         worst = assert_correct(problem, idea.template, idea.params, "cuda", sandbox).worst("max_abs_error")
         assert worst is not None and worst < 1e-3, f"{idea.params}: error {worst}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("k", [32, 96])
+def test_the_bulk_copy_gemm_with_fewer_k_steps_than_buffers_is_correct_on_the_gpu(
+    k: int, tmp_path: Path, sandbox: LocalSandbox
+) -> None:
+    """One or three K steps of 32 against three buffers (the refill loop never runs, or once), and BK 8 with six
+    buffers refilled two steps late; B's tiles by tensor map and packed."""
+    write_matmul(tmp_path, "short", "torch.matmul(A, B)", (128, k), (k, 256))
+    problem = load_problem(tmp_path / "short.py")
+    for params in ({}, {"b_tiles": "packed"}, {"bk": 8, "stages": 6, "lag": 2}):
+        assert_correct(problem, "matmul_cuda_bulk", params, "cuda", sandbox)
 
 
 @pytest.mark.gpu
@@ -519,6 +533,8 @@ def test_cuda_matmuls_of_transposed_n_d_einsum_and_bmm_inputs_are_correct(
         for template, params in (
             ("matmul_cuda_tiled", {}),
             ("matmul_cuda_simt", {}),
+            ("matmul_cuda_bulk", {}),  # batched: A packed per batch entry, B's tensor map three-dimensional
+            ("matmul_cuda_bulk", {"b_tiles": "packed"}),
             ("matmul_cuda_mma", {}),
             ("matmul_cuda_wgmma", {}),
             ("matmul_cuda_wgmma", {"fused": True}),  # B's (K, N) rows transposed on their way to shared memory

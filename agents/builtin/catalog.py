@@ -21,6 +21,7 @@ from agents.builtin import (
     templates_layernorm_cuda,
     templates_layernorm_rows_cuda,
     templates_matmul_bf16x3,
+    templates_matmul_bulk,
     templates_matmul_cpu,
     templates_matmul_simt,
     templates_matmul_tiled,
@@ -237,6 +238,19 @@ def _matmul_simt_text(p: Params) -> str:
         + (f", {p['min_blocks']} blocks per SM" if p["min_blocks"] > 1 else "")
         + (", odd micro-tile rows multiplied right to left" if p["order"] == "serpentine" else "")
         + (", the next step's first slice read before this step's last is multiplied" if p["early"] else "")
+    )
+
+
+def _matmul_bulk_text(p: Params) -> str:
+    threads = templates_matmul_bulk.threads(p)
+    return (
+        f"SIMT GEMM fed by the bulk-copy engine (fp32 FFMA, no tensor cores), {p['bm']}x{p['bn']} block tile, "
+        f"BK={p['bk']}, {threads} threads of {p['tm']}x{p['tn']} outputs in four quadrants: A transposed once, then "
+        f"each K step's rows copied {p['stages']} buffers deep by one thread while the others only read shared "
+        f"memory and multiply, mbarriers instead of a block barrier, a buffer refilled {p['lag']} step(s) after it "
+        "was read"
+        + (f", {p['min_blocks']} blocks per SM" if p["min_blocks"] > 1 else "")
+        + (", odd micro-tile rows multiplied right to left" if p["order"] == "serpentine" else "")
     )
 
 
@@ -636,6 +650,28 @@ TEMPLATES: dict[str, Template] = {
             valid=templates_matmul_simt.valid,
             extras=("spec",),  # which operands the problem transposes
             runs_on=_tiles_divide,
+        ),
+        Template(
+            "matmul_cuda_bulk",
+            "matmul",
+            "cuda",
+            (
+                Param("bm", (64, 128, 256), 128),
+                Param("bn", (64, 128, 256), 128),
+                Param("bk", (8, 16, 32), 32),
+                Param("tm", (8, 16), 8),
+                Param("tn", (8, 16), 8),
+                Param("stages", (2, 3, 4, 6), 3),
+                Param("lag", (1, 2), 1),
+                Param("min_blocks", (1, 2), 2),
+                Param("b_tiles", ("packed", "tensor_map"), "tensor_map"),
+                Param("order", ("rows", "serpentine"), "serpentine"),
+            ),
+            templates_matmul_bulk.render_matmul_bulk,
+            _matmul_bulk_text,
+            valid=templates_matmul_bulk.valid,
+            extras=("spec",),  # which operands the problem transposes
+            runs_on=lambda p, s: s.m % p["bm"] == 0 and s.n % p["bn"] == 0 and s.k % 32 == 0,
         ),
     )
 }
