@@ -33,6 +33,7 @@ from typing import Any
 
 from agents.builtin._text import c_bool, c_params, fill, params_text, transposed, wrap
 from agents.builtin.candidate_python import MATMUL_OPERANDS_PY
+from agents.builtin.templates_matmul_simt import MICRO_TILE_CU
 
 MATMUL_BULK_CU = c_params(r"""
 // fp32 C = A @ B on the CUDA cores (FFMA, fp32 accumulate, no tensor cores): the strict policy's GEMM.
@@ -63,6 +64,7 @@ static_assert(HM % 4 == 0 && HN % 4 == 0, "a thread's runs are whole float4s");
 static_assert(TX % 8 == 0 && TY % 4 == 0, "warps of 4 x 8 threads tile the block's threads");
 static_assert(THREADS <= 1024, "at most 1024 threads");
 static_assert(BK % 2 == 0 && LAG >= 1 && LAG < STAGES, "slices alternate two fragment sets; a refill needs a stage");
+@MICRO_TILE@
 
 // Ap[batch][M / BM][K / BK][BK][BM]: A's tile of each block row and K step, transposed, as one contiguous piece.
 // 32 x 32 tiles through shared memory, a row padded so that the column reads hit 32 banks.
@@ -256,41 +258,11 @@ matmul_bulk(const float* __restrict__ Ap, const float* __restrict__ Bp, const __
                     fragments((t + 1) % STAGES, 0, p ^ 1);
                 }
             }
-            float av[TM], bv[TN];
-#pragma unroll
-            for (int q = 0; q < TM / 4; ++q) {
-                av[4 * q] = fa[p][q].x;
-                av[4 * q + 1] = fa[p][q].y;
-                av[4 * q + 2] = fa[p][q].z;
-                av[4 * q + 3] = fa[p][q].w;
-            }
-#pragma unroll
-            for (int q = 0; q < TN / 4; ++q) {
-                bv[4 * q] = fb[p][q].x;
-                bv[4 * q + 1] = fb[p][q].y;
-                bv[4 * q + 2] = fb[p][q].z;
-                bv[4 * q + 3] = fb[p][q].w;
-            }
-#pragma unroll
-            for (int i = 0; i < TM; ++i)
-#pragma unroll
-                for (int jj = 0; jj < TN; ++jj) {
-                    const int j = SERPENTINE && (i & 1) ? TN - 1 - jj : jj;
-                    acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
-                }
+            multiply_slice(acc, fa[p], fb[p]);
         }
     }
 
-#pragma unroll
-    for (int i = 0; i < TM; ++i) {
-        float* row = c + (size_t)((i < HM ? 0 : BM / 2) + HM * ty + i % HM) * N;
-#pragma unroll
-        for (int q = 0; q < TN / 4; ++q) {
-            const int n = (q < HN / 4 ? 0 : BN / 2) + HN * tx + 4 * (q % (HN / 4));
-            *reinterpret_cast<float4*>(row + n) =
-                make_float4(acc[i][4 * q], acc[i][4 * q + 1], acc[i][4 * q + 2], acc[i][4 * q + 3]);
-        }
-    }
+    store_tile(c, N, ty, tx, acc);
 }
 """)
 
@@ -319,6 +291,7 @@ def cuda_source(params: dict[str, Any], summary: str) -> str:
         MIN_BLOCKS=params["min_blocks"],
         SERPENTINE=c_bool(params["order"] == "serpentine"),
         GROUP=8,
+        MICRO_TILE=MICRO_TILE_CU,
         B_MAP=c_bool(params["b_tiles"] == "tensor_map"),
     )
 

@@ -33,6 +33,54 @@ from typing import Any
 from agents.builtin._text import c_bool, c_params, fill, params_text, transposed, wrap
 from agents.builtin.candidate_python import MATMUL_OPERANDS_PY, MATMUL_TILES_LAUNCH_PY
 
+# The micro-tile both SIMT GEMMs share (matmul_cuda_simt, matmul_cuda_bulk): a K slice's outer product and the
+# thread's stores, after the kernel's TM, TN, HM, HN, BM, BN and SERPENTINE macros.
+MICRO_TILE_CU = r"""
+// One K slice: acc += fa x fb, the fragments as float4s; under SERPENTINE odd rows take their columns backwards.
+__device__ __forceinline__ void multiply_slice(float (&acc)[TM][TN], const float4 (&fa)[TM / 4],
+                                               const float4 (&fb)[TN / 4])
+{
+    float av[TM], bv[TN];
+#pragma unroll
+    for (int q = 0; q < TM / 4; ++q) {
+        av[4 * q] = fa[q].x;
+        av[4 * q + 1] = fa[q].y;
+        av[4 * q + 2] = fa[q].z;
+        av[4 * q + 3] = fa[q].w;
+    }
+#pragma unroll
+    for (int q = 0; q < TN / 4; ++q) {
+        bv[4 * q] = fb[q].x;
+        bv[4 * q + 1] = fb[q].y;
+        bv[4 * q + 2] = fb[q].z;
+        bv[4 * q + 3] = fb[q].w;
+    }
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int jj = 0; jj < TN; ++jj) {
+            const int j = SERPENTINE && (i & 1) ? TN - 1 - jj : jj;
+            acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+        }
+}
+
+// The thread's outputs into the block's tile at c (rows N floats apart): rows HM * ty + 0..HM-1 and BM / 2 below,
+// columns HN * tx + 0..HN-1 and BN / 2 across, a float4 at a time.
+__device__ __forceinline__ void store_tile(float* c, int N, int ty, int tx, const float (&acc)[TM][TN])
+{
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        float* row = c + (size_t)((i < HM ? 0 : BM / 2) + HM * ty + i % HM) * N;
+#pragma unroll
+        for (int q = 0; q < TN / 4; ++q) {
+            const int n = (q < HN / 4 ? 0 : BN / 2) + HN * tx + 4 * (q % (HN / 4));
+            *reinterpret_cast<float4*>(row + n) =
+                make_float4(acc[i][4 * q], acc[i][4 * q + 1], acc[i][4 * q + 2], acc[i][4 * q + 3]);
+        }
+    }
+}
+"""
+
 MATMUL_SIMT_CU = c_params(r"""
 // fp32 C = A @ B on the CUDA cores (FFMA, fp32 accumulate, no tensor cores): the strict policy's GEMM.
 @SUMMARY_C@
@@ -61,7 +109,7 @@ static_assert(TX % 8 == 0 && TY % 4 == 0, "warps of 4 x 8 threads tile the block
 static_assert(THREADS <= 1024, "at most 1024 threads");
 static_assert(LA >= 1 && LB >= 1 && (BM * BK / 4) % THREADS == 0 && (BK * BN / 4) % THREADS == 0,
               "tile loads divide evenly over the threads");
-
+@MICRO_TILE@
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 matmul_simt(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C, int M, int N, int K)
 {
@@ -153,28 +201,7 @@ matmul_simt(const float* __restrict__ A, const float* __restrict__ B, float* __r
                 __syncthreads();
                 fragments(s ^ 1, 0, p ^ 1);
             }
-            float av[TM], bv[TN];
-#pragma unroll
-            for (int q = 0; q < TM / 4; ++q) {
-                av[4 * q] = fa[p][q].x;
-                av[4 * q + 1] = fa[p][q].y;
-                av[4 * q + 2] = fa[p][q].z;
-                av[4 * q + 3] = fa[p][q].w;
-            }
-#pragma unroll
-            for (int q = 0; q < TN / 4; ++q) {
-                bv[4 * q] = fb[p][q].x;
-                bv[4 * q + 1] = fb[p][q].y;
-                bv[4 * q + 2] = fb[p][q].z;
-                bv[4 * q + 3] = fb[p][q].w;
-            }
-#pragma unroll
-            for (int i = 0; i < TM; ++i)
-#pragma unroll
-                for (int jj = 0; jj < TN; ++jj) {
-                    const int j = SERPENTINE && (i & 1) ? TN - 1 - jj : jj;
-                    acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
-                }
+            multiply_slice(acc, fa[p], fb[p]);
         }
         if (!EARLY) {
             if (t + 1 < steps) store(s ^ 1);  // the other buffer: its last readers passed the previous barrier
@@ -182,16 +209,7 @@ matmul_simt(const float* __restrict__ A, const float* __restrict__ B, float* __r
         }
     }
 
-#pragma unroll
-    for (int i = 0; i < TM; ++i) {
-        float* row = c + (size_t)((i < HM ? 0 : BM / 2) + HM * ty + i % HM) * N;
-#pragma unroll
-        for (int q = 0; q < TN / 4; ++q) {
-            const int n = (q < HN / 4 ? 0 : BN / 2) + HN * tx + 4 * (q % (HN / 4));
-            *reinterpret_cast<float4*>(row + n) =
-                make_float4(acc[i][4 * q], acc[i][4 * q + 1], acc[i][4 * q + 2], acc[i][4 * q + 3]);
-        }
-    }
+    store_tile(c, N, ty, tx, acc);
 }
 """)
 
@@ -254,6 +272,7 @@ def render_matmul_simt(params: dict[str, Any], summary: str) -> str:
         SERPENTINE=c_bool(params["order"] == "serpentine"),
         EARLY=c_bool(params["early"]),
         GROUP=8,
+        MICRO_TILE=MICRO_TILE_CU,
     )
     return fill(
         MATMUL_SIMT_PY,
