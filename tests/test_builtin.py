@@ -474,14 +474,12 @@ def test_the_persistent_layernorm_holding_x_in_shared_memory_is_correct_on_the_g
 
 @pytest.mark.gpu
 def test_strict_matmul_seeds_are_correct_on_the_gpu(sandbox: LocalSandbox) -> None:
-    """The strict policy's first ideas on 4096² (the bulk-copy kernel with either refill, then the SIMT one with and
-    without the early first slice) agree with cuBLAS fp32 to within 1e-3: they sum each output in K order, as cuBLAS
-    does."""
+    """The strict policy's first ideas on 4096² (the bulk-copy kernel, then the SIMT one with and without the early
+    first slice) agree with cuBLAS fp32 to within 1e-3: they sum each output in K order, as cuBLAS does."""
     problem = load_problem(PROBLEMS / "matmul_4096.py")
     ideas = builtin.propose(problem.info, "cuda", 4, [], None, policy="strict")
-    assert [idea.template for idea in ideas] == ["matmul_cuda_bulk"] * 2 + ["matmul_cuda_simt"] * 2
-    assert {idea.params["refill"] for idea in ideas[:2]} == {"thread0", "last_warp"}
-    simt = ideas[2:]
+    assert [idea.template for idea in ideas] == ["matmul_cuda_bulk"] + ["matmul_cuda_simt"] * 3
+    simt = ideas[1:]
     assert any(idea.params["early"] for idea in simt) and any(not idea.params["early"] for idea in simt)
     for idea in ideas:
         worst = assert_correct(problem, idea.template, idea.params, "cuda", sandbox).worst("max_abs_error")
@@ -493,12 +491,11 @@ def test_strict_matmul_seeds_are_correct_on_the_gpu(sandbox: LocalSandbox) -> No
 def test_the_bulk_copy_gemm_with_fewer_k_steps_than_buffers_is_correct_on_the_gpu(
     k: int, tmp_path: Path, sandbox: LocalSandbox
 ) -> None:
-    """One or three K steps of 32 against three buffers (the refill loop never runs, or once), BK 8 with six
-    buffers refilled two steps late, and two buffers refilled by the last warp to read them; B's tiles by tensor
-    map and packed."""
+    """One or three K steps of 32 against three buffers (the refill loop never runs, or once), two buffers, and BK 8
+    with six buffers refilled two steps late; B's tiles by tensor map and packed."""
     write_matmul(tmp_path, "short", "torch.matmul(A, B)", (128, k), (k, 256))
     problem = load_problem(tmp_path / "short.py")
-    for params in ({}, {"b_tiles": "packed"}, {"bk": 8, "stages": 6, "lag": 2}, {"refill": "last_warp", "stages": 2}):
+    for params in ({}, {"b_tiles": "packed"}, {"bk": 8, "stages": 6, "lag": 2}, {"stages": 2}):
         assert_correct(problem, "matmul_cuda_bulk", params, "cuda", sandbox)
 
 
@@ -537,7 +534,7 @@ def test_cuda_matmuls_of_transposed_n_d_einsum_and_bmm_inputs_are_correct(
             ("matmul_cuda_tiled", {}),
             ("matmul_cuda_simt", {}),
             ("matmul_cuda_bulk", {}),  # batched: A packed per batch entry, B's tensor map three-dimensional
-            ("matmul_cuda_bulk", {"b_tiles": "packed", "refill": "last_warp"}),
+            ("matmul_cuda_bulk", {"b_tiles": "packed"}),
             ("matmul_cuda_mma", {}),
             ("matmul_cuda_wgmma", {}),
             ("matmul_cuda_wgmma", {"fused": True}),  # B's (K, N) rows transposed on their way to shared memory

@@ -248,12 +248,7 @@ def _matmul_bulk_text(p: Params) -> str:
         f"BK={p['bk']}, {threads} threads of {p['tm']}x{p['tn']} outputs in four quadrants: A transposed once, B's "
         + ("tiles through a tensor map" if p["b_tiles"] == "tensor_map" else "tiles packed once")
         + f", each K step's tiles copied {p['stages']} buffers deep while the threads only read shared memory and "
-        "multiply, mbarriers instead of a block barrier, "
-        + (
-            "a buffer refilled by the last warp to read it"
-            if p["refill"] == "last_warp"
-            else f"a buffer refilled {p['lag']} step(s) after it was read"
-        )
+        f"multiply, mbarriers instead of a block barrier, a buffer refilled {p['lag']} step(s) after it was read"
         + (f", {p['min_blocks']} blocks per SM" if p["min_blocks"] > 1 else "")
         + (", odd micro-tile rows multiplied right to left" if p["order"] == "serpentine" else "")
     )
@@ -671,12 +666,10 @@ TEMPLATES: dict[str, Template] = {
                 Param("min_blocks", (1, 2), 2),
                 Param("b_tiles", ("packed", "tensor_map"), "tensor_map"),
                 Param("order", ("rows", "serpentine"), "serpentine"),
-                Param("refill", ("thread0", "last_warp"), "thread0"),
             ),
             templates_matmul_bulk.render_matmul_bulk,
             _matmul_bulk_text,
             valid=templates_matmul_bulk.valid,
-            irrelevant=lambda p: ("lag",) if p["refill"] == "last_warp" else (),
             extras=("spec",),  # which operands the problem transposes
             runs_on=lambda p, s: s.m % p["bm"] == 0 and s.n % p["bn"] == 0 and s.k % 32 == 0,
         ),

@@ -145,7 +145,7 @@ def seeds(shape: Shape, device: str) -> list[tuple[str, Params]]:
                     # Before them, the same FFMA loop fed by the bulk-copy engine: 1.01x cuBLAS fp32 on 4096² on an
                     # H100 where the SIMT seed ran 0.95x (bench/RESULTS.md, 2026-12-06); BK 32, three buffers, B's
                     # tiles through a tensor map, A transposed by one pass.
-                    out = [("matmul_cuda_bulk", {}), ("matmul_cuda_bulk", {"refill": "last_warp"}), *out]
+                    out = [("matmul_cuda_bulk", {}), *out]
             if shape.m % 128 == 0 and shape.n % 128 == 0 and shape.k % 32 == 0:
                 # Tensor cores, relaxed policy only (the planner drops these under strict). bf16x3 first: 2.3-2.4x eager
                 # on 4096² on the H200 against 3xTF32's 1.0x, at ~1/5 of the tolerance (bench/RESULTS.md); 64x64

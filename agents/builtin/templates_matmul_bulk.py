@@ -14,9 +14,7 @@ several steps ahead, and the threads only read shared memory and multiply:
   takes few large requests far better than many small ones (bench/RESULTS.md);
 - STAGES buffers, each with a "full" mbarrier (the copies' bytes complete it) and an "empty" one (one arrival a
   warp once it has read the buffer: 256 threads arriving each cost 0.4 ms on 4096²); no block-wide barrier;
-- thread 0 refills a buffer LAG steps after it was read, so that it seldom waits for a slower warp; or, with
-  ``refill="last_warp"``, the last warp to finish reading a buffer (a shared counter says which) refills it at
-  once, so that the copies start a whole buffer ahead and nobody waits to issue them;
+- thread 0 refills a buffer LAG steps after it was read, so that it seldom waits for a slower warp;
 - the FFMA loop is ``matmul_cuda_simt``'s: TM x TN outputs a thread in four quadrants half a tile apart, warps of
   4 x 8 threads, the next K slice's fragments read during the current slice's FFMAs, the next step's first slice
   read before this step's last FFMAs, grouped block order, optionally serpentine.
@@ -47,8 +45,7 @@ MATMUL_BULK_CU = c_params(r"""
 #param TM          // rows of C per thread (8 or 16): two runs of TM / 2, half a tile apart
 #param TN          // columns of C per thread, likewise
 #param STAGES      // shared-memory buffers of a K step's two tiles
-#param LAG         // thread 0 refills a buffer this many steps after it was read (REFILL_LAST 0)
-#param REFILL_LAST // 1: the last warp to finish reading a buffer refills it at once
+#param LAG         // thread 0 refills a buffer this many steps after it was read
 #param MIN_BLOCKS  // blocks an SM must hold (caps the registers per thread)
 #param SERPENTINE  // 1: odd rows of the micro-tile take their columns backwards
 #param GROUP       // tile rows per group of the block order
@@ -138,7 +135,6 @@ matmul_bulk(const float* __restrict__ Ap, const float* __restrict__ Bp, const __
 {
     extern __shared__ __align__(128) float tiles[];  // STAGES x {A's tile [BK][BM], B's tile [BK][BN]}
     __shared__ __align__(8) unsigned long long full[STAGES], empty[STAGES];
-    __shared__ int released[STAGES];  // REFILL_LAST: warps done reading each buffer, counted over the whole loop
 
     const int tiles_m = M / BM, tiles_n = N / BN;
     const int per_group = GROUP * tiles_n;
@@ -162,7 +158,6 @@ matmul_bulk(const float* __restrict__ Ap, const float* __restrict__ Bp, const __
             asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&full[s])) : "memory");
             const unsigned warps = THREADS / 32;  // one arrival a warp
             asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(&empty[s])), "r"(warps) : "memory");
-            released[s] = 0;
         }
         // The copy engine (the async proxy) must see the initialised barriers.
         asm volatile("fence.mbarrier_init.release.cluster;\n fence.proxy.async.shared::cta;" ::: "memory");
@@ -220,7 +215,7 @@ matmul_bulk(const float* __restrict__ Ap, const float* __restrict__ Bp, const __
     fragments(0, 0, 0);
     for (int t = 0; t < steps; ++t) {
         const int s = t % STAGES;
-        if (!REFILL_LAST && tid == 0 && t >= LAG && t - LAG + STAGES < steps) {
+        if (tid == 0 && t >= LAG && t - LAG + STAGES < steps) {
             const int read = t - LAG;  // the step whose buffer is refilled, once every thread has read it
             wait_phase(smem_u32(&empty[read % STAGES]), (read / STAGES) & 1);
             issue(read + STAGES);
@@ -236,23 +231,7 @@ matmul_bulk(const float* __restrict__ Ap, const float* __restrict__ Bp, const __
                 // One arrival a warp: 256 threads arriving on one mbarrier serialise (1.3 us a step, measured).
                 // __syncwarp orders the other lanes' reads of the buffer before lane 0's arrival.
                 __syncwarp();
-                if (REFILL_LAST) {
-                    if (lane == 0) {
-                        // Acquire-release: every warp's reads come before its count, and the counts before the
-                        // last warp's refill, which the copy engine (the async proxy) then performs.
-                        int before;
-                        asm volatile("atom.acq_rel.cta.shared::cta.add.s32 %0, [%1], 1;"
-                                     : "=r"(before)
-                                     : "r"(smem_u32(&released[s]))
-                                     : "memory");
-                        if ((before + 1) % (THREADS / 32) == 0 && t + STAGES < steps) {
-                            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-                            issue(t + STAGES);
-                        }
-                    }
-                } else if (lane == 0) {
-                    arrive(smem_u32(&empty[s]));
-                }
+                if (lane == 0) arrive(smem_u32(&empty[s]));
                 if (t + 1 < steps) {
                     wait_phase(smem_u32(&full[(t + 1) % STAGES]), ((t + 1) / STAGES) & 1);
                     fragments((t + 1) % STAGES, 0, p ^ 1);
@@ -287,7 +266,6 @@ def cuda_source(params: dict[str, Any], summary: str) -> str:
         TN=params["tn"],
         STAGES=params["stages"],
         LAG=params["lag"],
-        REFILL_LAST=c_bool(params["refill"] == "last_warp"),
         MIN_BLOCKS=params["min_blocks"],
         SERPENTINE=c_bool(params["order"] == "serpentine"),
         GROUP=8,

@@ -376,12 +376,6 @@ CHANGES |= {
         f"a buffer refilled {n} step(s) after it was read: "
         + _more_or_less(o, n, "thread 0 seldom waits for a slower warp", "the copies start sooner")
     ),
-    ("matmul_cuda_bulk", "refill"): lambda o, n, p, s: (
-        "the last warp to finish reading a buffer refills it at once (a shared counter): the copies start a whole "
-        "buffer ahead and no thread waits to refill"
-        if n == "last_warp"
-        else "thread 0 refills each buffer, waiting until every warp has read it"
-    ),
     ("matmul_cuda_bulk", "b_tiles"): lambda o, n, p, s: (
         "B's tiles copied from B itself by a tensor map: no packing pass "
         f"({mib(4 * s.k * s.n * s.batch)} read and written saved), strided rows for the copy engine"
