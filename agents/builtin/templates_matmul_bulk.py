@@ -32,7 +32,7 @@ from typing import Any
 
 from agents.builtin._text import c_bool, c_params, fill, params_text, transposed, wrap
 from agents.builtin.candidate_python import MATMUL_OPERANDS_PY
-from agents.builtin.templates_matmul_simt import MICRO_TILE_CU
+from agents.builtin.templates_matmul_simt import micro_tile_values
 
 MATMUL_BULK_CU = c_params(r"""
 // fp32 C = A @ B on the CUDA cores (FFMA, fp32 accumulate, no tensor cores): the strict policy's GEMM.
@@ -259,18 +259,9 @@ def shared_bytes(params: dict[str, Any]) -> int:
 def cuda_source(params: dict[str, Any], summary: str) -> str:
     return fill(
         MATMUL_BULK_CU,
-        SUMMARY_C=wrap(summary, "// "),
-        BM=params["bm"],
-        BN=params["bn"],
-        BK=params["bk"],
-        TM=params["tm"],
-        TN=params["tn"],
+        **micro_tile_values(params, summary),
         STAGES=params["stages"],
         LAG=params["lag"],
-        MIN_BLOCKS=params["min_blocks"],
-        SERPENTINE=c_bool(params["order"] == "serpentine"),
-        GROUP=8,
-        MICRO_TILE=MICRO_TILE_CU,
         B_MAP=c_bool(params["b_tiles"] == "tensor_map"),
     )
 
@@ -284,7 +275,7 @@ Parameters: @PARAMS@.
 
 C = A @ B for 2-D fp32 CUDA tensors (or 3-D with a common batch dim, as bmm, or N-D by 2-D, as torch.matmul) on
 the CUDA cores, fp32 accumulation: M a multiple of @BM@, N of @BN@, K of 32. A is first transposed into a scratch
-tensor (one pass over A), so that every K step's tile is whole rows the bulk-copy engine can fetch.
+tensor (one pass over A), so that each K step's tile of A is one contiguous piece the bulk-copy engine can fetch.
 """
 
 import cupy

@@ -259,21 +259,25 @@ def valid(params: dict[str, Any]) -> bool:
     return tiles_divide and smem <= 48 * 1024 and registers <= 65536
 
 
+def micro_tile_values(params: dict[str, Any], summary: str) -> dict[str, Any]:
+    """The placeholders both SIMT GEMM sources share: the summary, the tile and micro-tile, the order, the block
+    group, and the micro-tile's code."""
+    return {
+        "SUMMARY_C": wrap(summary, "// "),
+        "BM": params["bm"],
+        "BN": params["bn"],
+        "BK": params["bk"],
+        "TM": params["tm"],
+        "TN": params["tn"],
+        "MIN_BLOCKS": params["min_blocks"],
+        "SERPENTINE": c_bool(params["order"] == "serpentine"),
+        "GROUP": 8,
+        "MICRO_TILE": MICRO_TILE_CU,
+    }
+
+
 def render_matmul_simt(params: dict[str, Any], summary: str) -> str:
-    cu = fill(
-        MATMUL_SIMT_CU,
-        SUMMARY_C=wrap(summary, "// "),
-        BM=params["bm"],
-        BN=params["bn"],
-        BK=params["bk"],
-        TM=params["tm"],
-        TN=params["tn"],
-        MIN_BLOCKS=params["min_blocks"],
-        SERPENTINE=c_bool(params["order"] == "serpentine"),
-        EARLY=c_bool(params["early"]),
-        GROUP=8,
-        MICRO_TILE=MICRO_TILE_CU,
-    )
+    cu = fill(MATMUL_SIMT_CU, **micro_tile_values(params, summary), EARLY=c_bool(params["early"]))
     return fill(
         MATMUL_SIMT_PY,
         SUMMARY_DOC=wrap(summary),
