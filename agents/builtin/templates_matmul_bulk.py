@@ -138,11 +138,8 @@ matmul_bulk(const float* __restrict__ Ap, const float* __restrict__ Bp, const __
     __shared__ __align__(8) unsigned long long full[STAGES], empty[STAGES];
 
     const int tiles_m = M / BM, tiles_n = N / BN;
-    const int per_group = GROUP * tiles_n;
-    const int first_m = (int)(blockIdx.x / per_group) * GROUP;
-    const int group_rows = min(tiles_m - first_m, GROUP);
-    const int in_group = (int)(blockIdx.x % per_group);
-    const int tm = first_m + in_group % group_rows, tn = in_group / group_rows;
+    int tm, tn;
+    block_tile(tiles_m, tiles_n, tm, tn);
 
     const float* ap = Ap + ((size_t)blockIdx.y * tiles_m + tm) * K * BM;  // this block row's K steps, in order
     const float* bp = Bp + ((size_t)blockIdx.y * tiles_n + tn) * K * BN;

@@ -33,9 +33,21 @@ from typing import Any
 from agents.builtin._text import c_bool, c_params, fill, params_text, transposed, wrap
 from agents.builtin.candidate_python import MATMUL_OPERANDS_PY, MATMUL_TILES_LAUNCH_PY
 
-# The micro-tile both SIMT GEMMs share (matmul_cuda_simt, matmul_cuda_bulk): a K slice's outer product and the
-# thread's stores, after the kernel's TM, TN, HM, HN, BM, BN and SERPENTINE macros.
+# What both SIMT GEMMs share (matmul_cuda_simt, matmul_cuda_bulk): the block order, a K slice's outer product and the
+# thread's stores, after the kernel's TM, TN, HM, HN, BM, BN, SERPENTINE and GROUP macros.
 MICRO_TILE_CU = r"""
+// This block's tile (row tm, column tn): blocks run in groups of GROUP tile rows, column by column, so that blocks
+// resident together share tiles in L2.
+__device__ __forceinline__ void block_tile(int tiles_m, int tiles_n, int& tm, int& tn)
+{
+    const int per_group = GROUP * tiles_n;
+    const int first_m = (int)(blockIdx.x / per_group) * GROUP;
+    const int group_rows = min(tiles_m - first_m, GROUP);
+    const int in_group = (int)(blockIdx.x % per_group);
+    tm = first_m + in_group % group_rows;
+    tn = in_group / group_rows;
+}
+
 // One K slice: acc += fa x fb, the fragments as float4s; under SERPENTINE odd rows take their columns backwards.
 __device__ __forceinline__ void multiply_slice(float (&acc)[TM][TN], const float4 (&fa)[TM / 4],
                                                const float4 (&fb)[TN / 4])
@@ -116,12 +128,8 @@ matmul_simt(const float* __restrict__ A, const float* __restrict__ B, float* __r
     __shared__ __align__(16) float As[2][BK][BM + PAD];  // A's tile transposed: As[k][m]
     __shared__ __align__(16) float Bs[2][BK][BN];
 
-    const int tiles_m = M / BM, tiles_n = N / BN;
-    const int per_group = GROUP * tiles_n;
-    const int first_m = (int)(blockIdx.x / per_group) * GROUP;
-    const int group_rows = min(tiles_m - first_m, GROUP);
-    const int in_group = (int)(blockIdx.x % per_group);
-    const int tm = first_m + in_group % group_rows, tn = in_group / group_rows;
+    int tm, tn;
+    block_tile(M / BM, N / BN, tm, tn);
 
     const float* a = A + (size_t)blockIdx.y * M * K + (size_t)tm * BM * K;
     const float* b = B + (size_t)blockIdx.y * K * N + (size_t)tn * BN;
