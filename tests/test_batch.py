@@ -21,7 +21,9 @@ import torch
 from graphs.batch import fast_p, geomean, merge, reason_for, summarise
 from graphs.batch.problems import discover, explain, row_names
 from graphs.batch.rows import best_kernel, outcome, verified
+from graphs.batch.runner import run_is_busy
 from graphs.cli import build_parser, sandbox_config
+from graphs.runs import RunPaths
 from tests.conftest import PROBLEMS, ROOT
 from tools.errors import ConfigError, KernelforgeError, ProblemError
 
@@ -79,6 +81,14 @@ def batch_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "graphs.cli", "batch", *args]
 
 
+def with_sigint(cmd: list[str], action: str) -> list[str]:
+    """``cmd`` started with SIGINT's action set (``SIG_DFL``: a terminal's foreground job; ``SIG_IGN``: a
+    script's background job), not inherited from however pytest was started."""
+    start = f"import os, signal, sys; signal.signal(signal.SIGINT, signal.{action}); "
+    start += "os.execv(sys.argv[1], sys.argv[1:])"
+    return [sys.executable, "-c", start, *cmd]
+
+
 def env(cache: Path) -> dict[str, str]:
     # A fixed commit: others may edit the shared tree between calls, and a run is reused only under its commit.
     return {**os.environ, "KFORGE_CACHE_DIR": str(cache), "KFORGE_COMMIT": "test-batch"}
@@ -111,7 +121,7 @@ def test_batch_runs_interrupts_resumes_and_reads_back(tmp_path: Path, kforge_cac
 
     # 1. Interrupted (Ctrl-C, to the whole process group as a terminal sends it) once a baseline is saved.
     first = subprocess.Popen(
-        batch_cmd(*common),
+        with_sigint(batch_cmd(*common), "SIG_DFL"),
         cwd=ROOT,
         env=env(kforge_cache),
         stdout=subprocess.PIPE,
@@ -239,6 +249,43 @@ def reference_row(kernel: float | None = None) -> dict[str, Any]:
     row = {"status": "done", "reference_stands": True, "verified": True, "kernel_correct": kernel is not None}
     row |= {"speedup_vs_eager": 1.0, "speedup_vs_compile": 1.0, "speedup_vs_best": 1.0}
     return row | {"kernel_speedup_vs_eager": kernel, "kernel_speedup_vs_best": kernel}
+
+
+def test_a_search_stops_when_its_batch_dies_even_if_the_batch_ignored_ctrl_c(
+    tmp_path: Path, kforge_cache: Path
+) -> None:
+    """A batch started as a script's background job inherits SIGINT ignored. Its searches must still take
+    SIGINT, the signal their watch on the batch sends them: a killed batch leaves no search running."""
+    problems = tmp_path / "problems"
+    problems.mkdir()
+    shutil.copy(PROBLEMS / "softmax_small.py", problems)
+    runs = tmp_path / "runs"
+    # Timings of a second or more: the search is still going when the batch is killed and its watch notices.
+    slow = [*FAST, "--rounds", "2", "--ideas", "2", "--min-seconds", "1"]
+    cmd = batch_cmd(str(problems), *slow, "--runs-dir", str(runs), "--out", str(tmp_path / "out"))
+    batch = subprocess.Popen(
+        with_sigint(cmd, "SIG_IGN"),
+        cwd=ROOT,
+        env=env(kforge_cache),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 150
+    while not past_baseline(runs) and batch.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert batch.poll() is None, "the batch ended before it could be killed"
+    batch.kill()  # the batch alone, as the OOM killer would: its search is orphaned
+    batch.wait()
+
+    (run,) = runs.glob("*/")
+    deadline = time.monotonic() + 60
+    while run_is_busy(RunPaths(run)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not run_is_busy(RunPaths(run)), "the orphaned search is still running"
+    logged = [json.loads(line)["event"] for line in (run / "events.jsonl").read_text().splitlines()]
+    assert "batch_parent_gone" in logged
+    assert events(run, "finalize", "node_start") == 0, "the search ran on to its end"
 
 
 def test_fast_p_is_kernelbench_s_correct_and_faster_than_p_over_all_attempted() -> None:

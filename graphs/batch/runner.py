@@ -11,6 +11,7 @@ the sandbox backend's turns (``sandbox.devices``): a timing job always has its d
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
 import threading
@@ -41,7 +42,6 @@ LOCK = "batch.lock"  # held by the process working on a run, so that two batches
 # from the seed itself, so this gives inputs and weights that neither the coder (seed 0) nor the
 # profiler (seed 1) of the run ever saw.
 FRESH_SEED = 7919
-WATCH_S = 1.0
 
 
 def read_record(paths: RunPaths) -> dict[str, Any]:
@@ -140,12 +140,17 @@ def fresh_check(problem: Problem, source: str, config: RunConfig) -> dict[str, A
 
 def _watch_parent() -> None:
     """End this process (as Ctrl-C would, so that its sandbox is closed) when the batch that started it
-    is gone: an orphaned search would race a restarted batch that resumes the same run."""
-    parent = os.getppid()
+    is gone: an orphaned search would race a restarted batch that resumes the same run.
+
+    The batch is watched through multiprocessing's parent sentinel, which ends when the batch's process
+    does. Not through ``os.getppid()``: under the forkserver start method the parent is the fork server,
+    which outlives a killed batch."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        raise RuntimeError("a batch search must run in a process the batch started")
 
     def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(WATCH_S)
+        parent.join()
         log.warning("batch_parent_gone", pid=os.getpid())
         os.kill(os.getpid(), signal.SIGINT)
 
@@ -155,6 +160,9 @@ def _watch_parent() -> None:
 def work(a: Assignment) -> None:
     """The body of a problem's process. Any failure is written to the run's record (and its traceback
     logged) and ends the process with exit code 1; the batch reads the record to make the row."""
+    # SIGINT is how the batch, and the watch on it, stop this search. A batch started as a script's
+    # background job inherits SIGINT ignored and would pass that on: take the default back.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     _watch_parent()
     paths = RunPaths(Path(a.run_dir))
     configure_logging(a.verbose, paths.events)
