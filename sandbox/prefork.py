@@ -53,7 +53,8 @@ class ForkServerClient:
         self._dead = False
         self._ready = False
         self._send_lock = threading.Lock()
-        threading.Thread(target=self._read_events, name="forkserver-events", daemon=True).start()
+        self._events = threading.Thread(target=self._read_events, name="forkserver-events", daemon=True)
+        self._events.start()
 
     @property
     def alive(self) -> bool:
@@ -108,6 +109,10 @@ class ForkServerClient:
         return self._wait_for(lambda: self._exited.pop(pid, None), timeout)
 
     def close(self) -> None:
+        # Shut the socket down, let the events thread read its end, and only then close it: closed under
+        # the thread, its next recv would fail on a closed descriptor (EBADF, reported as an error).
+        self._sock.shutdown(socket.SHUT_RDWR)
+        self._events.join(timeout=10)
         self._sock.close()
         try:
             self._proc.wait(timeout=5)

@@ -285,6 +285,40 @@ def test_the_fork_server_starts_while_a_job_waits_for_its_turn_not_during_it(tmp
     assert result.status == "ok", result.reason
 
 
+class _LateRecv:
+    """A socket whose every recv begins half a second late: the moment between two events, made wide."""
+
+    def __init__(self, sock: object) -> None:
+        self._sock = sock
+
+    def recv(self, size: int) -> bytes:
+        time.sleep(0.5)
+        return self._sock.recv(size)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._sock, name)
+
+
+def test_closing_the_fork_server_waits_for_its_events_thread_and_reports_no_error() -> None:
+    """Closed between two of the events thread's reads, the socket failed the next one (EBADF), logged as a
+    socket error: an interrupted batch's sandboxes closed so."""
+    import sys
+
+    from structlog.testing import capture_logs
+
+    from sandbox.prefork import ForkServerClient
+
+    client = ForkServerClient(sys.executable, dict(os.environ))
+    # The thread waits in its first read for the server's imports (seconds); its next read, after the
+    # "ready" event, comes late, and close() comes in between.
+    client._sock = _LateRecv(client._sock)  # type: ignore[assignment]
+    client.wait_ready()
+    with capture_logs() as logs:
+        client.close()
+    assert [e for e in logs if e["log_level"] != "info"] == []
+    assert not client.alive
+
+
 @pytest.mark.gpu
 def test_cuda_jobs_run_on_a_gpu_of_the_pool_and_say_which() -> None:
     from sandbox.config import LocalSandboxConfig

@@ -159,11 +159,21 @@ def _watch_parent() -> None:
 
 def work(a: Assignment) -> None:
     """The body of a problem's process. Any failure is written to the run's record (and its traceback
-    logged) and ends the process with exit code 1; the batch reads the record to make the row."""
+    logged) and ends the process with exit code 1; the batch reads the record to make the row. Stopped
+    (SIGINT), it ends with exit code 130 and no traceback: its checkpoint is saved and the batch's table
+    says where it got to."""
     # SIGINT is how the batch, and the watch on it, stop this search. A batch started as a script's
     # background job inherits SIGINT ignored and would pass that on: take the default back.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     _watch_parent()
+    try:
+        _search_and_check(a)
+    except KeyboardInterrupt:
+        log.info("batch_search_stopped", problem=a.name)
+        raise SystemExit(130) from None
+
+
+def _search_and_check(a: Assignment) -> None:
     paths = RunPaths(Path(a.run_dir))
     configure_logging(a.verbose, paths.events)
     config = RunConfig.model_validate_json(a.config_json)
