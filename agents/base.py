@@ -51,6 +51,15 @@ class Candidate(TypedDict, total=False):
     diagnosis: str | None  # the profiler's: memory-bound / compute-bound / latency-bound, and why
     verdict: Verdict | None  # the critic's
     critic_reason: str | None
+    memory: dict[str, Any] | None  # the MemoryReport (as a dict) of its job that used the most device memory
+
+
+def larger_memory(held: dict[str, Any] | None, new: Any) -> dict[str, Any] | None:
+    """Of a candidate's MemoryReport so far (a dict) and a job's new one (a MemoryReport or None), the larger peak."""
+    fresh = new.model_dump() if new is not None else None
+    if held is None or (fresh is not None and fresh["peak_bytes"] > held["peak_bytes"]):
+        return fresh
+    return held
 
 
 class Message(TypedDict):

@@ -10,7 +10,7 @@ from typing import Any
 import structlog
 
 from agents import builtin
-from agents.base import Candidate, Idea, RoleContext
+from agents.base import Candidate, Idea, RoleContext, larger_memory
 from graphs.state import message
 from tools.evaluation import Evaluation, evaluate
 
@@ -110,6 +110,7 @@ class Coder(ABC):
             correctness=ev.result.correctness.model_dump() if ev.result.correctness else None,
             reduced_precision=ev.reduced_precision,
             timing=None,
+            memory=larger_memory(None, ev.result.memory),
         )
         candidate.update(template=idea["params"].get("template"), params=idea["params"].get("params"))  # type: ignore[typeddict-item]
         return {

@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 
-from agents.base import Candidate, RoleContext
+from agents.base import Candidate, RoleContext, larger_memory
 from graphs.state import message
 from tools.errors import CandidateError
 from tools.evaluation import evaluate, noise_flags, profile_job
@@ -63,7 +63,7 @@ class Profiler:
                 with_roofline=False,
             )
             job_s += ev.result.wall_s
-            update = Candidate(id=c["id"])
+            update = Candidate(id=c["id"], memory=larger_memory(c.get("memory"), ev.result.memory))
             if ev.status != "ok" or ev.result.timing is None:
                 update.update(status=ev.status, reason=f"profiling: {ev.result.reason}", timing=None)
                 updates.append(update)

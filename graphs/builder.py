@@ -60,6 +60,8 @@ def baseline(state: dict[str, Any], ctx: RoleContext) -> dict[str, Any]:
         "device": ev.result.environment,
         "ceilings": ev.ceilings.model_dump() if ev.ceilings else None,
         "warnings": ev.warnings,
+        "memory": ev.result.memory.model_dump() if ev.result.memory else None,
+        "job_s": ev.result.wall_s,
     }
     text = f"eager {eager:.4f} ms, compile {compiled if compiled is None else round(compiled, 4)} ms"
     if data["floor_ms"]:

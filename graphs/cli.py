@@ -316,6 +316,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
     runs_dir = runs_root(args.runs_dir)
     out = Path(args.out) if args.out else runs_dir
     if args.merge:
+        if args.after:
+            raise ConfigError("--after is for a batch that runs problems; --merge takes every file as it is")
         record = merge([Path(f) for f in args.problems], out, "batch")
         print(f"batch: merged {len(record['rows'])} rows into {out / 'batch.md'}")
         return EXIT_OK
@@ -358,6 +360,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         verbose=args.verbose,
         say=say,
         options={k: v for k, v in vars(args).items() if k != "func"},
+        after=tuple(Path(f) for f in args.after),
     )
     print(f"batch: {len(problems)} problem(s), {args.parallel} at a time, runs in {runs_dir}", flush=True)
     try:
@@ -367,7 +370,10 @@ def cmd_batch(args: argparse.Namespace) -> int:
         return 130
     s = record["summary"]
     if s["pending"]:
-        print(f"batch: --budget-s {args.budget_s:g} spent; {s['pending']} problem(s) left: run the same command again")
+        print(
+            f"batch: --budget-s {args.budget_s:g} spent; {s['pending']} problem(s) left: run the same command again"
+            f" (on a machine without {runs_dir}: with --after {out / 'batch.json'})"
+        )
     fast = s["fast_p_vs_eager"]
     print(
         f"batch: {s['done']} of {s['problems']} done, {s['failed']} failed · "
@@ -604,6 +610,14 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--runs-dir", default=None, help="where run folders go (default ./runs or $KFORGE_RUNS_DIR)")
     batch.add_argument("--out", default=None, help="where batch.md and batch.json go (default: the runs dir)")
     batch.add_argument("--merge", action="store_true", help="combine the batch.json files given into one table")
+    batch.add_argument(
+        "--after",
+        nargs="+",
+        default=[],
+        metavar="BATCH_JSON",
+        help="earlier slices' batch.json files: take their finished rows (same source, settings and commit) instead "
+        "of searching those problems again, without their run folders",
+    )
     batch.set_defaults(func=cmd_batch)
 
     resume = sub.add_parser("resume", help="continue a stopped or crashed run")

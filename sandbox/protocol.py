@@ -38,7 +38,16 @@ def new_job_id() -> str:
 class TimingConfig(BaseModel):
     """How contenders are timed. Trials run until both minimums are met, or a maximum is hit."""
 
-    min_trials: int = Field(100, ge=1)
+    min_trials: int = Field(
+        100,
+        ge=1,
+        description="trials to reach; fewer (never below 20) where this many would take over long_trials_s",
+    )
+    long_trials_s: float = Field(
+        2.0,
+        gt=0,
+        description="the time min_trials may take: longer calls get fewer trials, at least 20 (tools.timing)",
+    )
     min_seconds: float = Field(0.5, ge=0)
     max_trials: int = Field(10_000, ge=1)
     max_seconds: float = Field(20.0, gt=0)
@@ -235,6 +244,24 @@ class Ceilings(BaseModel):
     torch_version: str
 
 
+class MemoryReport(BaseModel):
+    """The memory an evaluation job used on its device, against one eager forward's (tools.memory)."""
+
+    method: Literal["torch.cuda.max_memory_allocated", "rss"] = Field(
+        description="CUDA: bytes torch allocated; CPU: the resident set's high-water mark above the job's start"
+    )
+    peak_bytes: int = Field(description="the job's peak, every buffer included (the timer's cache flush too)")
+    eager_peak_bytes: int = Field(description="one eager forward: parameters, inputs, temporaries and output")
+    plan_bytes: int = Field(description="the memory plan's peak, from the eager peak measured here")
+    answers_on_device_bytes: int = Field(description="expected outputs kept on the device")
+    answers_parked_bytes: int = Field(description="expected outputs kept off it: host memory (CUDA), a file (CPU)")
+
+    @property
+    def ratio(self) -> float | None:
+        """The job's peak over one eager forward's."""
+        return self.peak_bytes / self.eager_peak_bytes if self.eager_peak_bytes else None
+
+
 class RuntimeFinding(BaseModel):
     """A trick the worker saw while the candidate ran (the dynamic anti-cheat checks)."""
 
@@ -261,6 +288,7 @@ class JobResult(BaseModel):
     findings: list[RuntimeFinding] = Field([], description="dynamic anti-cheat findings, blocking or not")
     warnings: list[str] = Field([], description="things a user should know: a degenerate problem, ...")
     phases: dict[str, float] = Field({}, description="seconds spent in each phase of the worker")
+    memory: MemoryReport | None = Field(None, description="evaluation jobs: the memory they used (tools.memory)")
     environment: dict[str, str] = {}
     stdout_tail: str = ""
     stderr_tail: str = ""

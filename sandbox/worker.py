@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import os
 import platform
 import resource
@@ -28,6 +27,7 @@ from typing import Any
 import torch
 from pydantic import TypeAdapter
 from torch import nn
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from sandbox import profiling
 from sandbox.channel import KEY_BYTES, make_sender
@@ -39,14 +39,17 @@ from sandbox.protocol import (
     EvalJob,
     Job,
     JobResult,
+    MemoryReport,
     ProfileJob,
     RuntimeFinding,
     Status,
     TimingReport,
 )
 from tools import correctness, runtime_checks, timing
+from tools.answers import AnswerStore
 from tools.cheat_tricks import (
     CONSTANT_OUTPUT,
+    GLOBAL_STATE,
     HARD_CODED_SHAPE,
     INPUT_MUTATION,
     RESULT_CACHE,
@@ -56,6 +59,7 @@ from tools.cheat_tricks import (
 from tools.compile import CompileReport, check_candidate_cuda, map_c_log_to_candidate
 from tools.device import cpu_name
 from tools.errors import CompileError, ProblemError
+from tools.memory import PeakMeter, Plan, chunk_elements, make_plan, memory_cap
 from tools.problem import build_model, copy_parameters, exec_source, import_source, make_inputs
 from tools.runtime_checks import AuditWatch, HarnessSnapshot, OpRecorder
 
@@ -141,20 +145,44 @@ def environment(device: torch.device) -> dict[str, str]:
     return env
 
 
-def _fp64_reference(ref: nn.Module, inputs: list[Any]) -> tuple[list[torch.Tensor] | None, str]:
+@contextlib.contextmanager
+def _in_float64(model: nn.Module) -> Iterator[None]:
+    """The model's floating parameters and buffers as float64 inside, each back in its own dtype after."""
+    dtypes = {name: t.dtype for name, t in [*model.named_parameters(), *model.named_buffers()]}
+    model.double()
     try:
-        ref64 = copy.deepcopy(ref).double()
-        with torch.no_grad():
-            return [o.detach() for o in correctness.flatten_outputs(ref64(*correctness.to_float64(inputs)))], ""
-    except Exception as exc:  # reported in the result; the float64 error column then stays empty
-        return None, f"float64 reference unavailable: {describe(exc)}"
+        yield
+    finally:
+        for name, t in [*model.named_parameters(), *model.named_buffers()]:
+            if t.dtype != dtypes[name]:
+                t.data = t.data.to(dtypes[name])
+
+
+def _aliases(t: torch.Tensor, held: list[Any]) -> bool:
+    """Does ``t`` share memory with one of ``held`` (an input, a parameter)?"""
+    ptr = t.untyped_storage().data_ptr()
+    return any(isinstance(h, torch.Tensor) and h.untyped_storage().data_ptr() == ptr for h in held)
+
+
+def _own(outs: list[Any], held: list[Any]) -> list[Any]:
+    """The reference's outputs as answers the worker owns: a copy only of one that aliases an input or a parameter
+    (the worker later poisons answers it drops)."""
+    return [o.detach().clone() if isinstance(o, torch.Tensor) and _aliases(o, held) else o for o in outs]
 
 
 class Reference:
-    """Everything computed before candidate code exists: the model, expected answers, timing inputs."""
+    """Everything computed before candidate code exists: the model, every check's answer, the timing inputs.
 
-    def __init__(self, job: EvalJob, device: torch.device, phases: Phases) -> None:
+    Inputs are never held per check: a check's inputs are made again from its seed when they are needed (their
+    fingerprints, taken now, show that they came out the same), into the one input set ``buffers``, which the
+    timing trials refill too. Answers go to an ``AnswerStore`` sized by the memory plan (``tools.memory``).
+    """
+
+    def __init__(self, job: EvalJob, device: torch.device, phases: Phases, meter: PeakMeter) -> None:
+        self.job, self.device, self.meter = job, device, meter
         self.notes: list[str] = []
+        self.memory: dict[str, int] = {}
+        checking = job.candidate_source is not None
         with phases("reference"):
             try:
                 self.module = exec_source(job.problem_source, job.problem_name, "problem")
@@ -165,54 +193,168 @@ class Reference:
             self.init = list(self.module.get_init_inputs())
             self.model = build_model(self.module.Model, self.init, device, job.seed)
             self.recorder = OpRecorder()
-            self.expected = [self._expected(job, device, i) for i in range(job.n_checks)]
-            self.atol, self.rtol = correctness.tolerance(job.policy, self.expected[0][2][0].dtype)
-            self.warnings = runtime_checks.degenerate_warnings(self.expected[0][2], job.policy)
-            self.variant = self._shape_variant(job, device)
-            self.timing_inputs = make_inputs(self.module.get_inputs, device, 2_000_000_007)
-            fresh = lambda k: make_inputs(self.module.get_inputs, device, 2_000_000_011 + k)  # noqa: E731
-            self.refresh = timing.refresher(fresh, self.timing_inputs)
+            self.seeds = [job.seed * 1_000_003 + i + 1 for i in range(job.n_checks if checking else 1)]
+            inputs = self.make(self.seeds[0])
+            first = self._eager_peak(inputs)
+            self.plan = self._plan(inputs, first, checking)
+            self.chunk = chunk_elements(self.plan.eager_peak, device.type)
+            self.prints = [correctness.fingerprints(inputs, self.chunk)]
+            self.reproducible = self.prints[0] == correctness.fingerprints(self.make(self.seeds[0]), self.chunk)
+            if not self.reproducible:
+                self.notes.append("get_inputs() is not reproducible from torch's seed: each check's inputs are kept")
+            self.like = [torch.empty_like(o, device="meta") for o in first if isinstance(o, torch.Tensor)]
+            self.atol, self.rtol = correctness.tolerance(job.policy, self.like[0].dtype)
+            self.warnings = runtime_checks.degenerate_warnings(first, job.policy, self.chunk)
+            self.answers = AnswerStore(device, self.plan.allowance, os.environ.get("HOME"))
+            if checking:
+                self._keep(0, first, inputs)
+            del inputs, first
+            if self.plan.float64:
+                self._float64()
+            for i in range(1, len(self.seeds)):
+                inputs = self.make(self.seeds[i])
+                self.prints.append(correctness.fingerprints(inputs, self.chunk))
+                with torch.no_grad():
+                    self._keep(i, _own(correctness.flatten_outputs(self.model(*inputs)), inputs), inputs)
+                del inputs
+            self.variant = self._shape_variant() if checking else None
+            self.stored = (self.answers.device_bytes, self.answers.parked_bytes)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()  # what the answers' computation cached would count as the checks' memory
+            self.buffers = self.make(2_000_000_007)
+            fresh = lambda k: self.make(2_000_000_011 + k)  # noqa: E731
+            self.refresh = timing.refresher(fresh, self.buffers)
             self.contenders: dict[str, Callable[..., Any]] = {}
             if "eager" in job.references:
                 self.contenders["eager"] = self.model
             if "compile" in job.references:
                 compiled = torch.compile(self.model)
                 with torch.no_grad():
-                    compiled(*self.timing_inputs)  # compile now, while torch is still pristine
+                    compiled(*self.buffers)  # compile now, while torch is still pristine
                 self.contenders["compile"] = compiled
 
-    def _expected(self, job: EvalJob, device: torch.device, i: int) -> Expected:
-        seed = job.seed * 1_000_003 + i + 1
-        inputs = make_inputs(self.module.get_inputs, device, seed)
-        with torch.no_grad(), self.recorder if i == 0 else contextlib.nullcontext():
-            raw = correctness.flatten_outputs(self.model(*inputs))
-        outs = [o.detach().clone() for o in raw]
-        runtime_checks.poison_tensors(raw)  # a candidate must not find this answer in freed memory
-        outs64, note = _fp64_reference(self.model, inputs)
-        if note and note not in self.notes:
-            self.notes.append(note)
-        return seed, inputs, outs, outs64
+    def make(self, seed: int) -> list[Any]:
+        return make_inputs(self.module.get_inputs, self.device, seed)
 
-    def _shape_variant(self, job: EvalJob, device: torch.device) -> tuple[str, list[Any], list[torch.Tensor]] | None:
-        """Inputs of a second valid shape and their answers, or None (with a note) where there is none."""
-        variant = runtime_checks.shape_variant(job.problem_source, self.module)
+    def memory_report(self) -> MemoryReport:
+        return MemoryReport(
+            method=self.meter.method,  # type: ignore[arg-type]
+            peak_bytes=self.meter.job_peak(),
+            eager_peak_bytes=self.memory["eager_peak"],
+            plan_bytes=self.plan.peak,
+            answers_on_device_bytes=self.stored[0],
+            answers_parked_bytes=self.stored[1],
+        )
+
+    def _eager_peak(self, inputs: list[Any]) -> list[Any]:
+        """The first check's answer, from a second call whose peak is measured: the parameters and inputs held,
+        plus what the call itself allocated. The first call warms up what a process does once (library handles and
+        workspaces, lazily loaded code), which is the process's memory, not the problem's."""
+        with torch.no_grad(), OpRecorder():  # the dispatch mode's first use costs the process ~70 MB, once
+            runtime_checks.poison_tensors(correctness.flatten_outputs(self.model(*inputs)))
+        held = sum(t.numel() * t.element_size() for t in [*self.model.parameters(), *self.model.buffers()])
+        held += sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+        self.meter.rebase(held)
+        with self.meter.window(self.memory, "call", since=self.meter.current()), torch.no_grad(), self.recorder:
+            first = _own(correctness.flatten_outputs(self.model(*inputs)), inputs)
+        self.memory["eager_peak"] = held + self.memory.pop("call")
+        return first
+
+    def _plan(self, inputs: list[Any], outs: list[Any], checking: bool) -> Plan:
+        def size(values: list[Any]) -> int:
+            return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+
+        params = sum(t.numel() * t.element_size() for t in [*self.model.parameters(), *self.model.buffers()])
+        n = len(self.seeds) if checking else 0
+        return make_plan(self.memory["eager_peak"], params, size(inputs), size(outs), n, self.device.type)
+
+    def _keep(self, i: int, outs: list[Any], inputs: list[Any]) -> None:
+        self.answers.put(i, outs)
+        if not self.reproducible:
+            self.answers.put(("inputs", i), inputs)
+
+    def _float64(self) -> None:
+        """Store the first check's float64 reference minus its answer ("float64"), per output in the answer's dtype
+        (small values: little rounds away), or add a note. The model is converted in place and back (exactly: its
+        values came from its own dtype), and the float64 output waits off the GPU while the deviation is taken a
+        piece at a time, so this phase needs about twice the eager peak."""
+        # The float64 run may need far more than twice the float32 one (a CPU convolution unfolds its input): it
+        # gets what keeps the job within its plan, and is skipped (with a note) where that is not enough.
+        room = self.plan.peak - (self.meter.current() - self.meter.base)
+        try:
+            with memory_cap(self.device, room), _in_float64(self.model), torch.no_grad():
+                outs64 = correctness.flatten_outputs(self.model(*correctness.to_float64(self.make(self.seeds[0]))))
+            parked = [o.detach().to("cpu") if self.device.type == "cuda" else o.detach() for o in outs64]
+            del outs64
+            answers = self.answers.get(0)
+            deviation = []
+            for e, x in zip(answers, parked, strict=True):
+                d = torch.empty(e.shape, dtype=e.dtype, device=self.device)
+                for pe, pd, px in correctness.pieces([e, d, x], self.chunk):
+                    pd.copy_(px.to(self.device) - pe.double())
+                deviation.append(d)
+        except Exception as exc:  # reported in the result; the float64 error column then stays empty
+            self.notes.append(f"float64 reference unavailable: {describe(exc)}")
+            return
+        self.answers.put("float64", deviation)
+
+    def deviations(self) -> list[torch.Tensor] | None:
+        """The first check's float64 deviation on the device, where there is one."""
+        return self.answers.get("float64") if "float64" in self.answers else None
+
+    def inputs_for(self, i: int | str, into: list[Any] | None) -> list[Any]:
+        """Check ``i``'s inputs, written into ``into`` (the same buffers, new values) or into new buffers (None).
+
+        Made again from the check's seed, they must fingerprint as they did before the candidate was imported: a
+        candidate that changed ``get_inputs`` or torch's generator would be judged on other inputs than its answers'.
+        """
+        if i == "variant":
+            assert self.variant is not None
+            _, constants, seed, wanted = self.variant
+            with runtime_checks.patched_constants(self.module, constants):
+                values = self.make(seed)
+        elif self.reproducible:
+            values, wanted = self.make(self.seeds[int(i)]), self.prints[int(i)]
+        else:  # kept since before the import; a candidate must get its own copy to write on
+            values, wanted = self.answers.get(("inputs", i)), self.prints[int(i)]
+            if into is None:
+                values = correctness.clone_inputs(values)
+        if correctness.fingerprints(values, self.chunk) != wanted:
+            raise Rejected(
+                [
+                    runtime_checks.finding(
+                        GLOBAL_STATE,
+                        f"get_inputs() made other values for check {i} than before the candidate was imported "
+                        "(get_inputs, the problem module or torch's random generator was changed)",
+                    )
+                ]
+            )
+        if into is None:
+            return values
+        with torch.no_grad():
+            for buf, new in zip(into, values, strict=True):
+                if isinstance(buf, torch.Tensor):
+                    buf.copy_(new)
+        return into
+
+    def _shape_variant(self) -> tuple[str, dict[str, int], int, list[int | None]] | None:
+        """A second valid shape: (its description, the constants, the seed, the inputs' fingerprints), its answers
+        stored under "variant"; None (with a note) where there is none."""
+        variant = runtime_checks.shape_variant(self.job.problem_source, self.module)
         if not variant:
             self.notes.append("second-shape check skipped: no size constant that only get_inputs() reads")
             return None
         described = ", ".join(f"{k} {getattr(self.module, k)}→{v}" for k, v in variant.items())
+        seed = self.job.seed * 1_000_003 + 99
         try:
             with runtime_checks.patched_constants(self.module, variant), torch.no_grad():
-                inputs = make_inputs(self.module.get_inputs, device, job.seed * 1_000_003 + 99)
-                raw = correctness.flatten_outputs(self.model(*inputs))
+                inputs = self.make(seed)
+                outs = _own(correctness.flatten_outputs(self.model(*inputs)), inputs)
         except Exception as exc:  # the problem does not allow that shape: the check does not apply
             self.notes.append(f"second-shape check skipped: the reference fails with {described}: {describe(exc)}")
             return None
-        outs = [o.detach().clone() for o in raw]
-        runtime_checks.poison_tensors(raw)
-        return described, inputs, outs
-
-
-Expected = tuple[int, list[Any], list[torch.Tensor], list[torch.Tensor] | None]
+        self.answers.put("variant", outs)
+        return described, variant, seed, correctness.fingerprints(inputs, self.chunk)
 
 
 class Rejected(Exception):
@@ -231,10 +373,10 @@ class CandidateRun:
         self.findings: list[RuntimeFinding] = []
         self.ops = OpRecorder()
         self.library: str | None = None  # set when it ran an allowed heavy op in the library (said in the result)
-        self._previous: list[torch.Tensor] = []  # the last call's outputs, held so their memory stays theirs
-        # Every input buffer a call has seen, held to the end: a new buffer then never reuses an old
-        # one's address, so only the replay check (same buffer, new values) can hit a pointer-keyed cache.
-        self._seen_inputs: list[list[Any]] = []
+        # The last call's outputs' storages, weakly: an output on one of them still alive (held by the candidate, as
+        # the harness lets go of every output before the next call) is memory returned twice. A freed one may come
+        # back from the allocator, which is no reuse of the candidate's.
+        self._previous: list[tuple[StorageWeakRef, int]] = []
 
     def note(self, found: list[RuntimeFinding]) -> None:
         self.findings += [f for f in found if str(f) not in {str(g) for g in self.findings}]
@@ -243,7 +385,6 @@ class CandidateRun:
 
     def call(self, inputs: list[Any], what: str, poison_value: float = float("nan")) -> list[Any]:
         """One watched call on ``inputs`` after poisoning freed memory; its flattened outputs."""
-        self._seen_inputs.append(inputs)
         recorder = OpRecorder()
 
         def recorded(*args: Any) -> Any:
@@ -252,66 +393,86 @@ class CandidateRun:
             with recorder:
                 return self.candidate(*args)
 
-        poisoned = runtime_checks.poisoned(self.device, self.ref.expected[0][2], poison_value)
+        poisoned = runtime_checks.poisoned(self.device, self.ref.like, poison_value)
         with poisoned, candidate_code(what), torch.no_grad(), self.watch.audit.on():
             out, found = runtime_checks.watch_call(
-                recorded, inputs, self.device, self.ref.timer.synchronize, self.watch.threads, self.watch.children
+                recorded,
+                inputs,
+                self.device,
+                self.ref.timer.synchronize,
+                self.watch.threads,
+                self.watch.children,
+                self.ref.chunk,
             )
         self.ops.ops.update(recorder.ops)
         self.ops.low_dtypes.update(recorder.low_dtypes)
         self.note(found)
         outs = correctness.flatten_outputs(out)
-        reused = {t.untyped_storage().data_ptr() for t in self._previous} & {
-            t.untyped_storage().data_ptr() for t in outs if isinstance(t, torch.Tensor) and t.numel()
-        }
-        if reused:
+        del out
+        held = {ptr for ref, ptr in self._previous if not ref.expired()}
+        tensors = [t for t in outs if isinstance(t, torch.Tensor) and t.numel()]
+        if held & {t.untyped_storage().data_ptr() for t in tensors}:
             self.note([runtime_checks.finding(RESULT_CACHE, "returned the same output memory as its previous call")])
-        self._previous = [t for t in outs if isinstance(t, torch.Tensor)]
+        self._previous = [(StorageWeakRef(t.untyped_storage()), t.untyped_storage().data_ptr()) for t in tensors]
         return outs
+
+    def compare(self, actual: list[Any], key: int | str, seed: int) -> CheckResult:
+        deviation = self.ref.deviations() if key == 0 else None
+        return correctness.compare(actual, self.ref.answers.get(key), deviation, self.job.policy, seed, self.ref.chunk)
+
+    def _watched(self, key: int | str, what: str, poison_value: float = float("nan")) -> tuple[list[Any], list[int]]:
+        """Check ``key``'s inputs in the one input set, a call on them; the outputs and the inputs it changed."""
+        buffers = self.ref.inputs_for(key, self.ref.buffers)
+        before = correctness.fingerprints(buffers, self.ref.chunk)
+        actual = self.call(buffers, what, poison_value)
+        return actual, correctness.changed(before, correctness.fingerprints(buffers, self.ref.chunk))
 
     def check(self) -> list[CheckResult]:
         checks = []
-        for seed, inputs, outs, outs64 in self.ref.expected:
-            used = correctness.clone_inputs(inputs)
-            actual = self.call(used, f"running the candidate (seed {seed})")
-            check = correctness.compare(actual, outs, outs64, self.job.policy, seed)
-            changed = correctness.mutated_inputs(inputs, used)
+        for i, seed in enumerate(self.ref.seeds):
+            actual, changed = self._watched(i, f"running the candidate (seed {seed})")
+            check = self.compare(actual, i, seed)
             if changed:
                 self.note([runtime_checks.finding(INPUT_MUTATION, f"modified input(s) {changed} (seed {seed})")])
+            if check.passed:
+                self._judge_right_answer(i, actual, first=not checks)
+            del actual  # gone before the next call: an output still alive then is one the candidate kept
             if not check.passed and all(c.passed for c in checks):
-                self.diagnose_failure(inputs, outs)
-            elif check.passed:
-                if not checks:  # the layout is the candidate's, not the seed's: said once
-                    self.ref.warnings += correctness.layout_differences(actual, outs)
-                for a, e in zip(actual, outs, strict=True):
-                    why = runtime_checks.constant_output(a, e, *correctness.tolerance(self.job.policy, e.dtype))
-                    if why:
-                        self.note([runtime_checks.finding(CONSTANT_OUTPUT, why)])
+                self.diagnose_failure(i)
             checks.append(check)
         return checks
 
-    def diagnose_failure(self, inputs: list[Any], outs: list[torch.Tensor], poison_value: float = float("nan")) -> None:
+    def _judge_right_answer(self, i: int, actual: list[Any], first: bool) -> None:
+        """What a right answer can still hide: another memory layout (said once), or a constant passing only
+        because the problem's output hardly varies. A method of its own, so the answer it fetched goes with it."""
+        expected = self.ref.answers.get(i)
+        if first:  # the layout is the candidate's, not the seed's
+            self.ref.warnings += correctness.layout_differences(actual, expected)
+        for a, e in zip(actual, expected, strict=True):
+            why = runtime_checks.constant_output(a, e, *correctness.tolerance(self.job.policy, e.dtype), self.ref.chunk)
+            if why:
+                self.note([runtime_checks.finding(CONSTANT_OUTPUT, why)])
+
+    def diagnose_failure(self, key: int | str, poison_value: float = float("nan")) -> None:
         """Name the cause of a wrong answer where a rerun can tell it.
 
-        Right on the same values in new buffers, freed memory poisoned as for the failed call (every old
-        buffer still held, so no pointer repeats): an answer replayed from an earlier call. Wrong again, but
-        right when freed memory holds the reference's answer: a read of memory it never wrote (the
-        reference's freed output, most often). The poison must be the failed call's: an fmax-style read
-        that a huge value broke would pass under a NaN, and a changed poison would pass for a replay.
+        Right on the same values in new buffers, freed memory poisoned as for the failed call (the one input set
+        still held, so no pointer repeats): an answer replayed from an earlier call. Wrong again, but right when
+        freed memory holds the reference's answer: a read of memory it never wrote (the reference's freed output,
+        most often). The poison must be the failed call's: an fmax-style read that a huge value broke would pass
+        under a NaN, and a changed poison would pass for a replay.
         """
-        if self._rerun_passes(inputs, outs, lambda: runtime_checks.poisoned(self.device, outs, poison_value)):
+        like = self.ref.like
+        if self._rerun_passes(key, lambda: runtime_checks.poisoned(self.device, like, poison_value)):
             why = "wrong on inputs in buffers it had seen before, right on the same values in new buffers"
             self.note([runtime_checks.finding(RESULT_CACHE, why)])
-        if self._rerun_passes(inputs, outs, lambda: runtime_checks.primed(self.device, outs)):
+        if self._rerun_passes(key, lambda: runtime_checks.primed(self.device, self.ref.answers.get(key))):
             why = "wrong when freed memory is poisoned, right when it holds the reference's answer"
             self.note([runtime_checks.finding(UNINITIALISED_MEMORY, why + ": the output is memory it never wrote")])
 
-    def _rerun_passes(
-        self, inputs: list[Any], outs: list[torch.Tensor], memory: Callable[[], AbstractContextManager[None]]
-    ) -> bool:
-        """Run on a new copy of ``inputs`` with freed memory as ``memory()`` leaves it (poisoned or primed); pass?"""
-        fresh = correctness.clone_inputs(inputs)
-        self._seen_inputs.append(fresh)
+    def _rerun_passes(self, key: int | str, memory: Callable[[], AbstractContextManager[None]]) -> bool:
+        """Run on check ``key``'s inputs in new buffers with freed memory as ``memory()`` leaves it; pass?"""
+        fresh = self.ref.inputs_for(key, None)
         with memory():
             try:
                 with self.watch.audit.on(), torch.no_grad():
@@ -319,49 +480,44 @@ class CandidateRun:
             except Exception as exc:  # the first failure stands; a rerun only names its cause when it can
                 self.ref.notes.append(f"diagnosis rerun raised {describe(exc)}")
                 return False
-        return correctness.compare(actual, outs, None, self.job.policy, -1).passed
+        return self.compare(actual, key, -1).passed
 
     def probe(self) -> None:
         """The checks that need a candidate already known to be correct."""
         job, ref = self.job, self.ref
-        seed, inputs, outs, _ = ref.expected[0]
+        seed = ref.seeds[0]
         # Poisoned with a huge finite value this time: fmax-style reads can hide a NaN poison.
-        used = correctness.clone_inputs(inputs)
-        again = self.call(used, "running the candidate again", poison_value=1e30)
-        if not correctness.compare(again, outs, None, job.policy, seed).passed:
-            self.diagnose_failure(inputs, outs, poison_value=1e30)  # a replayed answer, or memory it never wrote
+        again, _ = self._watched(0, "running the candidate again", poison_value=1e30)
+        if not self.compare(again, 0, seed).passed:
+            del again
+            self.diagnose_failure(0, poison_value=1e30)  # a replayed answer, or memory it never wrote
             self.note([runtime_checks.finding(UNINITIALISED_MEMORY, "the answer changed with what freed memory held")])
-        if len(ref.expected) > 1:
-            # Same buffers the candidate has seen, new values: a cache keyed by pointer or id replays.
-            buffers = correctness.clone_inputs(inputs)
-            self.call(buffers, "running the candidate (replay check)")
-            _, inputs2, outs2, _ = ref.expected[1]
-            for buf, new in zip(buffers, inputs2, strict=True):
-                if isinstance(buf, torch.Tensor):
-                    buf.copy_(new)
-            replay = self.call(buffers, "running the candidate (replay check)")
-            if not correctness.compare(replay, outs2, None, job.policy, -1).passed:
-                self.note(
-                    [
-                        runtime_checks.finding(
-                            RESULT_CACHE, "new values in a buffer it had already seen got the old buffer's answer"
-                        )
-                    ]
-                )
+        else:
+            del again
+        if len(ref.seeds) > 1:
+            # The same values twice, then new values in the same buffers: a cache keyed by content returns its
+            # output again (caught as reused memory), one keyed by pointer or id replays on the new values.
+            self._watched(0, "running the candidate (replay check)")
+            replay, _ = self._watched(1, "running the candidate (replay check)")
+            if not self.compare(replay, 1, -1).passed:
+                why = "new values in a buffer it had already seen got the old buffer's answer"
+                self.note([runtime_checks.finding(RESULT_CACHE, why)])
+            del replay
         if ref.variant is not None:
-            described, inputs3, outs3 = ref.variant
+            described = ref.variant[0]
             try:
-                other = self.call(correctness.clone_inputs(inputs3), "running the candidate (second shape)")
+                other = self.call(ref.inputs_for("variant", None), "running the candidate (second shape)")
             except JobFailed as failed:
                 self.note([runtime_checks.finding(HARD_CODED_SHAPE, f"fails with {described}: {failed.reason}")])
             else:
-                check = correctness.compare(other, outs3, None, job.policy, -1)
+                check = self.compare(other, "variant", -1)
                 if not check.passed:
                     self.note([runtime_checks.finding(HARD_CODED_SHAPE, f"wrong with {described}: {check.reason}")])
+                del other
         if self.device.type == "cuda":
-            used = correctness.clone_inputs(inputs)
+            buffers = ref.inputs_for(0, ref.buffers)
             with candidate_code("running the candidate (stream check)"), torch.no_grad(), self.watch.audit.on():
-                streams, current = runtime_checks.kernel_streams(lambda: self.candidate(*used), self.device)
+                streams, current = runtime_checks.kernel_streams(lambda: self.candidate(*buffers), self.device)
             self.note(runtime_checks.stream_findings(streams, current))
         library = library_family(ref.recorder.ops)  # a heavy op + pointwise tail problem: see cheat_tricks
         self.note(
@@ -403,6 +559,7 @@ def _result(job: EvalJob, status: Status, reason: str, ref: Reference, phases: P
         details="\n".join(ref.notes),
         warnings=ref.warnings,
         phases=phases.seconds,
+        memory=ref.memory_report(),
         **fields,
     )
 
@@ -427,10 +584,12 @@ def run_eval(job: EvalJob, phases: Phases) -> JobResult:
         device = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(device)
     env = environment(device)
-    ref = Reference(job, device, phases)
+    meter = PeakMeter(device)  # before the timer, so that its cache-flush buffer counts in the job's peak
+    ref = Reference(job, device, phases, meter)
     contenders = dict(ref.contenders)
     common: dict[str, Any] = {"environment": env}
     run = None
+    _limit_files()
     if job.candidate_source is not None:
         _candidate.update(source=job.candidate_source, name=job.candidate_name)
         if device.type == "cuda":
@@ -492,39 +651,42 @@ def run_eval(job: EvalJob, phases: Phases) -> JobResult:
 
     timing_report = None
     if job.time_candidate and contenders:
+        # Timing needs no answer: their memory goes back before the contenders run, each freeing its output.
+        ref.answers.clear()
         with phases("timing"), candidate_code("timing the candidate"):
             audit = run.watch.audit.on() if run else contextlib.nullcontext()
             with audit:
-                stats, paired, last, trials, seconds = timing.time_interleaved(
-                    contenders, ref.timing_inputs, ref.refresh, ref.timer, job.timing, job.seed
+                timed = timing.time_interleaved(
+                    contenders,
+                    ref.buffers,
+                    ref.refresh,
+                    ref.timer,
+                    job.timing,
+                    job.seed,
+                    keep="candidate" if run is not None else None,
                 )
         timing_report = TimingReport(
             method=ref.timer.method,  # type: ignore[arg-type]
-            input_sets=trials,
+            input_sets=timed.trials,
             flush_bytes=ref.timer.flush_bytes if job.timing.flush_cache else 0,
             launch_hidden=device.type == "cuda" and job.timing.hide_launch,
-            stats=stats,
-            paired=paired,
-            seconds=round(seconds, 4),
+            stats=timed.stats,
+            paired=timed.paired,
+            seconds=round(timed.seconds, 4),
         )
         common["timing"] = timing_report
         if run is not None:
             try:
                 run.note(run.watch.changes())
-                if "eager" in last:
-                    # The last timed call's output must be a real answer for the inputs it was given.
-                    check = correctness.compare(
-                        last["candidate"], correctness.flatten_outputs(last["eager"]), None, job.policy, -1
-                    )
-                    if not check.passed:
-                        run.note(
-                            [
-                                runtime_checks.finding(
-                                    RESULT_CACHE,
-                                    f"a timed call returned a wrong answer for its inputs ({check.reason})",
-                                )
-                            ]
-                        )
+                # The last timed call's output must be a real answer for the inputs it was given, which the
+                # buffers still hold: the reference computes it again beside it.
+                with torch.no_grad():
+                    expected = correctness.flatten_outputs(ref.model(*ref.buffers))
+                check = correctness.compare(timed.kept, expected, None, job.policy, -1, ref.chunk)
+                del expected
+                if not check.passed:
+                    why = f"a timed call returned a wrong answer for its inputs ({check.reason})"
+                    run.note([runtime_checks.finding(RESULT_CACHE, why)])
             except Rejected as rejected:
                 return _result(job, "rejected", str(rejected.findings[0]), ref, phases, findings=run.findings, **common)
     reason = "correct on every check" if run else "reference timed"
@@ -561,6 +723,7 @@ def run_job(job: AnyJob) -> JobResult:
                 job_id=job.job_id, status="ok", reason="ceilings measured", ceilings=ceilings, phases=phases.seconds
             )
         if isinstance(job, ProfileJob):
+            _limit_files()
             return run_profile(job, phases)
         return run_eval(job, phases)
     except JobFailed as failed:
@@ -590,6 +753,11 @@ def _enter_scratch() -> None:
 
 def _limit_resources() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _limit_files() -> None:
+    """From here on a file written past OUTPUT_LIMIT_BYTES kills the process (SIGXFSZ). Set once the answers are
+    parked, which may take more than that (``tools.answers``), and before candidate code exists."""
     resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT_BYTES, OUTPUT_LIMIT_BYTES))
 
 

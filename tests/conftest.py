@@ -18,6 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = ROOT / "problems"
 CANDIDATES = PROBLEMS / "candidates"
 FIXTURES = ROOT / "tests" / "fixtures"
+# KernelBench's development split, unmodified (beside the checkout; $KERNELBENCH_DIR names another copy). Tests that
+# read it skip where it is absent.
+KERNELBENCH = Path(os.environ.get("KERNELBENCH_DIR") or ROOT.parent / "shared" / "kernelbench")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,5 +1,6 @@
-"""`kforge batch`: the real command on CPU problems (interrupted, resumed, read back), problem files it
-cannot run, and the arithmetic of its summary (KernelBench's fast_p, geometric means) on hand-made rows."""
+"""`kforge batch`: the real command on CPU problems (interrupted, resumed, read back, carried to a machine
+without their run folders by --after), problem files it cannot run, and the arithmetic of its summary
+(KernelBench's fast_p, geometric means) on hand-made rows."""
 
 from __future__ import annotations
 
@@ -109,7 +110,7 @@ def past_baseline(runs: Path) -> set[str]:
 
 
 def test_batch_runs_interrupts_resumes_and_reads_back(tmp_path: Path, kforge_cache: Path) -> None:
-    problems = tmp_path / "problems"
+    problems = tmp_path / "level1"  # a KernelBench-like folder: its name is the rows' group
     problems.mkdir()
     for name in REAL:
         shutil.copy(PROBLEMS / f"{name}.py", problems)
@@ -233,6 +234,44 @@ def test_batch_runs_interrupts_resumes_and_reads_back(tmp_path: Path, kforge_cac
         "attempted": 9,
     }
     assert again["summary"]["geomean_vs_best"] == pytest.approx(s["geomean_vs_best"])
+    # Two folders, two groups: the repository's problems/ (rmsnorm, not run yet) and level1 (all attempted).
+    assert {g: (v["problems"], v["attempted"]) for g, v in again["groups"].items()} == {
+        "level1": (9, 9),
+        "problems": (1, 0),
+    }
+
+    # 4. The next call on a fresh machine: no run folders, only the last call's batch.json (--after). Its
+    # finished rows are taken, not searched again; the problem left (named first, so started inside the
+    # second's budget) is searched; the merged slices make one table with every problem once.
+    runs2, out2 = tmp_path / "runs2", tmp_path / "out2"
+    proc = subprocess.run(
+        batch_cmd(
+            str(PROBLEMS / "rmsnorm_small.py"),
+            *common[:-4],  # without --runs-dir and --out
+            *["--runs-dir", str(runs2), "--out", str(out2), "--budget-s", "1", "--after", str(out / "batch.json")],
+        ),
+        cwd=ROOT,
+        env=env(kforge_cache),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    second, _ = read(out2)
+    status = {r["name"]: (r["status"], r.get("this_session")) for r in second["rows"]}
+    assert status["rmsnorm_small"] == ("done", "new")
+    assert {n: status[n] for n in done} == {n: ("done", "taken") for n in done}
+    assert [d.name.split("-", 2)[2].rsplit("-", 1)[0] for d in runs2.glob("*/")] == ["rmsnorm_small"]
+    assert "[rmsnorm_small] baseline:" in proc.stdout and proc.stdout.count("baseline:") == 1
+    taken = {r["name"]: r for r in second["rows"]}
+    assert all(taken[n]["run_id"] == rows[n]["run_id"] for n in done)  # the first machine's runs stand
+    merged = merge([out / "batch.json", out2 / "batch.json"], tmp_path / "all", "batch")
+    md = (tmp_path / "all" / "batch.md").read_text()
+    names = [r["name"] for r in merged["rows"]]
+    assert sorted(names) == sorted({*rows, "rmsnorm_small"}) and len(names) == len(set(names)) == 10
+    assert merged["summary"]["pending"] == 0 and merged["summary"]["done"] == 5
+    assert merged["groups"]["level1"] == again["groups"]["level1"] and merged["groups"]["problems"]["done"] == 1
+    assert "| | level1 | problems | all |" in md
 
 
 # ------------------------------------------------------------------------------------ the metrics

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tools.correctness import compare, layout_differences, mutated_inputs, tolerance
+from tools.correctness import changed, compare, fingerprints, layout_differences, pieces, tolerance
 
 
 def ref() -> torch.Tensor:
@@ -14,10 +14,23 @@ def ref() -> torch.Tensor:
 
 def test_exact_match_passes_with_errors_reported() -> None:
     e = ref()
-    result = compare(e.clone(), [e], [e.double()], "relaxed", seed=1)
+    result = compare(e.clone(), [e], [torch.zeros_like(e)], "relaxed", seed=1)
     assert result.passed
     assert result.max_abs_error == 0.0
     assert result.max_abs_error_vs_fp64 == 0.0
+
+
+def test_errors_against_float64_come_from_the_stored_deviation() -> None:
+    """The float64 reference is kept as its float32 deviation from the answer: both errors are measured from it."""
+    e = ref()
+    exact = e.double() + 1e-3  # the float64 answer, 1e-3 above the float32 one everywhere
+    deviation = (exact - e.double()).float()
+    a = e.clone()
+    a[0, 0] += 5e-3
+    result = compare(a, [e], [deviation], "relaxed", seed=1)
+    assert result.passed
+    assert result.reference_abs_error_vs_fp64 == pytest.approx(1e-3, rel=1e-4)
+    assert result.max_abs_error_vs_fp64 == pytest.approx(4e-3, rel=1e-3)
 
 
 @pytest.mark.parametrize(("policy", "passes"), [("relaxed", True), ("strict", False)])
@@ -104,11 +117,36 @@ def test_integer_outputs_must_match_exactly(policy: str) -> None:
     assert not compare(~mask, [mask], None, policy, seed=1).passed  # type: ignore[arg-type]
 
 
-def test_mutated_inputs() -> None:
+def test_fingerprints_tell_a_changed_input_from_an_untouched_one() -> None:
     x, y = ref(), ref()
-    used = [x.clone(), y.clone(), 3]
-    used[1][0, 0] += 1
-    assert mutated_inputs([x, y, 3], used) == [1]
+    before = fingerprints([x, y, 3], limit=1000)
+    assert fingerprints([x.clone(), y.clone(), 3], limit=1000) == before  # equal values: equal prints, NaN or not
+    y[0, 0] += 1
+    assert changed(before, fingerprints([x, y, 3], limit=1000)) == [1]
+    swapped = x.clone()
+    swapped[[0, 1]] = swapped[[1, 0]]  # the same values in another order
+    assert fingerprints([swapped], limit=1000) != before[:1]
+    with_nan = x.clone()
+    with_nan[5, 5] = float("nan")
+    assert fingerprints([with_nan], limit=1000) == fingerprints([with_nan.clone()], limit=1000) != before[:1]
+    t = x.t()  # non-contiguous, printed a piece at a time
+    assert fingerprints([t], limit=100) == fingerprints([t.contiguous()], limit=100)
+
+
+def test_a_comparison_in_pieces_sees_every_value() -> None:
+    """Pieces of at most ``limit`` elements cover a tensor exactly once, whatever its layout."""
+    x = torch.arange(6 * 35 * 4).reshape(6, 35, 4).float()
+    for layout in (x, x.transpose(0, 2), x[:, 1:, ::2]):
+        seen = [p for (p,) in pieces([layout], limit=16)]
+        assert all(p.numel() <= 16 for p in seen)
+        assert torch.equal(torch.cat(seen), layout.reshape(-1))
+    e = torch.randn(40, 50)
+    for i, j in [(0, 0), (39, 49), (17, 3)]:
+        a = e.clone()
+        a[i, j] += 1.0
+        result = compare(a, [e], None, "relaxed", seed=1, limit=64)
+        assert not result.passed and "1 of 2000 values" in result.reason
+        assert compare(e.t().contiguous().t(), [e], None, "strict", seed=1, limit=64).passed
 
 
 def test_an_output_in_another_memory_layout_passes_and_is_named() -> None:

@@ -13,7 +13,16 @@ from tests.conftest import PROBLEMS
 from tools.evaluation import get_ceilings, noise_flags
 from tools.problem import load_problem
 from tools.roofline import cached_ceilings, floor, percent_of_roofline
-from tools.timing import CpuTimer, CudaTimer, paired_ratios, refresher, summarize, time_interleaved
+from tools.timing import (
+    STABLE_TRIALS,
+    CpuTimer,
+    CudaTimer,
+    min_trials_for,
+    paired_ratios,
+    refresher,
+    summarize,
+    time_interleaved,
+)
 
 H200_LIKE = Ceilings(
     device="cuda",
@@ -47,11 +56,11 @@ def test_every_trial_gets_fresh_values_in_the_same_buffers() -> None:
         return x * n
 
     cfg = TimingConfig(min_trials=4, min_seconds=0.0, warmup_trials=1)
-    stats, _, last, trials, _ = time_interleaved({"f": record}, buffers, refresh, CpuTimer(), cfg)
+    stats, _, kept, trials, _ = time_interleaved({"f": record}, buffers, refresh, CpuTimer(), cfg, keep="f")
     assert trials == 4 and stats["f"].trials == 4
     assert [v for _, v, _ in seen[1:]] == [0.0, 1.0, 2.0, 3.0]  # after the warm-up call: one value per trial
     assert {p for p, _, _ in seen} == {pointer}
-    assert torch.equal(last["f"], torch.full((8,), 9.0))
+    assert torch.equal(kept, torch.full((8,), 9.0))
 
 
 def test_interleaved_timing_tells_slow_from_fast() -> None:
@@ -66,12 +75,31 @@ def test_interleaved_timing_tells_slow_from_fast() -> None:
     refresh = refresher(lambda k: [torch.randn(1000)], inputs)
     cfg = TimingConfig(min_trials=20, min_seconds=0.0, warmup_trials=1)
     contenders = {"fast": fast, "slow": slow}
-    stats, paired, last, trials, seconds = time_interleaved(contenders, inputs, refresh, CpuTimer(), cfg)
+    stats, paired, kept, trials, seconds = time_interleaved(contenders, inputs, refresh, CpuTimer(), cfg, keep="fast")
     assert stats["fast"].trials == stats["slow"].trials == trials == 20
     assert stats["slow"].median_ms >= 3.0 > stats["fast"].median_ms
     assert paired["slow/fast"] > 1.0 > paired["fast/slow"]
-    assert torch.equal(last["fast"], inputs[0] + 1)
+    assert torch.equal(kept, inputs[0] + 1)
     assert seconds > 0.06
+
+
+def test_long_calls_get_fewer_trials_but_never_fewer_than_a_stable_median_needs() -> None:
+    """100 trials of 60 ms calls would take 6 s: the count comes down to what fits the config's long_trials_s (2 s),
+    at least STABLE_TRIALS; short calls keep the asked-for count, and an asked-for count below STABLE_TRIALS stands."""
+    cfg = TimingConfig(min_trials=100, min_seconds=0.0, warmup_trials=2)
+    assert min_trials_for(cfg, 0.001) == 100
+    assert min_trials_for(cfg, 0.05) == 40
+    assert min_trials_for(cfg, 0.5) == STABLE_TRIALS
+    assert min_trials_for(TimingConfig(min_trials=5), 1.0) == 5
+
+    def slow(x: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.01)
+        return x + 1
+
+    # The warm-up's calls tell the loop how long one takes: 10 ms calls against 0.1 s for the count.
+    quick = TimingConfig(min_trials=100, min_seconds=0.0, warmup_trials=2, long_trials_s=0.1)
+    stats, *_ = time_interleaved({"slow": slow}, [torch.randn(4)], lambda k: None, CpuTimer(), quick)
+    assert stats["slow"].trials == STABLE_TRIALS
 
 
 def test_host_time_is_recorded_beside_each_contenders_time() -> None:

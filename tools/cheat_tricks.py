@@ -305,7 +305,9 @@ POINTWISE_OPS = frozenset(
      "elu", "celu", "selu", "leaky_relu", "softplus", "threshold", "hardshrink", "softshrink",
      "log_sigmoid_forward", "clamp", "clamp_min", "clamp_max", "maximum", "minimum", "fmax", "fmin", "where",
      "masked_fill", "addcmul", "addcdiv", "lerp", "gt", "ge", "lt", "le", "eq", "ne", "logical_not",
-     "logical_and", "logical_or", "scalar_tensor"}
+     "logical_and", "logical_or", "scalar_tensor",
+     # constants a forward makes (torch.full, torch.ones_like, x.new_zeros ...): the tracer folds them into the tail
+     "full", "full_like", "new_full", "ones", "ones_like", "new_ones", "zeros", "zeros_like", "new_zeros"}
 )  # fmt: skip
 # Ops that only allocate, copy or re-view memory: they compute nothing from the data.
 LAYOUT_OPS = frozenset(

@@ -11,6 +11,7 @@ import hashlib
 import itertools
 import sys
 import types
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from tools.errors import ProblemError
+from tools.memory import make_plan
 
 SCALAR_TYPES = (bool, int, float)
 CPU_FALLBACK_LIMIT = 1 << 30  # bytes of inputs we accept to materialise on the CPU for metadata
@@ -52,6 +54,11 @@ class ProblemInfo(BaseModel):
     bytes_moved: int = Field(description="inputs read once + outputs written once + parameters read once")
     aten_ops: dict[str, int] = Field(description="aten overloads the reference runs, with counts")
     analysed_on: str = Field(description="'meta' or 'cpu': where the metadata pass ran")
+    eager_peak_bytes: int = Field(
+        0,
+        description="bytes alive at the peak of one eager forward: parameters, inputs, temporaries and output, from "
+        "the storages the metadata pass kept alive (0: not measured, in records saved before it was)",
+    )
 
     @property
     def input_bytes(self) -> int:
@@ -70,6 +77,52 @@ class _OpRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops[str(func)] += 1
         return func(*args, **(kwargs or {}))
+
+
+class _LiveBytes(TorchDispatchMode):
+    """The bytes of every storage alive after each op the forward runs: their maximum is the eager peak.
+
+    A storage counts from the first tensor seen on it until the last of its tensors is freed (weak-reference
+    callbacks, O(1) an op), so a temporary the forward drops stops counting as it would on a device, and views count
+    once, with their base.
+    """
+
+    def __init__(self, held: list[torch.Tensor]) -> None:
+        super().__init__()
+        self._tensors: dict[int, int] = {}  # storage key -> live tensors on it
+        self._sizes: dict[int, int] = {}
+        self._seen: set[int] = set()  # ids of tracked tensor objects (an op may return one of its inputs)
+        self.live = 0
+        for t in held:
+            self._track(t)
+        self.peak = self.live
+
+    def _track(self, t: torch.Tensor) -> None:
+        if id(t) in self._seen:
+            return
+        storage = t.untyped_storage()
+        key = storage._cdata
+        if key not in self._tensors:
+            self._tensors[key], self._sizes[key] = 0, storage.nbytes()
+            self.live += self._sizes[key]
+        self._tensors[key] += 1
+        self._seen.add(id(t))
+        weakref.finalize(t, self._release, key, id(t))
+
+    def _release(self, key: int, ident: int) -> None:
+        self._seen.discard(ident)
+        self._tensors[key] -= 1
+        if not self._tensors[key]:
+            self.live -= self._sizes.pop(key)
+            del self._tensors[key]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for leaf in tree_flatten(out)[0]:
+            if isinstance(leaf, torch.Tensor):
+                self._track(leaf)
+        self.peak = max(self.peak, self.live)
+        return out
 
 
 def _spec(t: torch.Tensor) -> TensorSpec:
@@ -189,7 +242,7 @@ def _stage(stage: str, fn: Callable[[], Any]) -> Any:
 
 def _analyse(
     module: types.ModuleType, filename: str, device: str
-) -> tuple[list[Any], list[Any], nn.Module, Counter[str], int]:
+) -> tuple[list[Any], list[Any], nn.Module, Counter[str], int, int]:
     init = _stage("get_init_inputs()", module.get_init_inputs)
     if not isinstance(init, list | tuple):
         raise ProblemError(f"{filename}: get_init_inputs() must return a list, got {type(init).__name__}")
@@ -202,13 +255,15 @@ def _analyse(
     model = _stage("Model(*get_init_inputs())", lambda: build_model(module.Model, list(init), device, seed=0))
     recorder = _OpRecorder()
     flop_counter = FlopCounterMode(display=False)
+    held = [x for x in [*inputs, *model.parameters(), *model.buffers()] if isinstance(x, torch.Tensor)]
+    live = _LiveBytes(held)
 
     def forward() -> Any:
-        with torch.no_grad(), flop_counter, recorder:
+        with torch.no_grad(), flop_counter, recorder, live:
             return model(*inputs)
 
     outputs, _ = tree_flatten(_stage("Model.forward", forward))
-    return inputs, outputs, model, recorder.ops, flop_counter.get_total_flops()
+    return inputs, outputs, model, recorder.ops, flop_counter.get_total_flops(), live.peak
 
 
 def _input_bytes_on_meta(module: types.ModuleType) -> int | None:
@@ -244,7 +299,7 @@ def load_problem(path: str | Path) -> Problem:
 
     analysed_on = "meta"
     try:
-        inputs, outputs, model, ops, flops = _analyse(module, filename, "meta")
+        inputs, outputs, model, ops, flops, eager_peak = _analyse(module, filename, "meta")
     except _StageError as meta_exc:
         # Some ops have no meta kernel (data-dependent shapes, .item()): redo the pass on real CPU
         # tensors, which also reports genuine errors in the file with the CPU's message.
@@ -255,7 +310,7 @@ def load_problem(path: str | Path) -> Problem:
             ) from meta_exc
         analysed_on = "cpu"
         try:
-            inputs, outputs, model, ops, flops = _analyse(module, filename, "cpu")
+            inputs, outputs, model, ops, flops, eager_peak = _analyse(module, filename, "cpu")
         except _StageError as exc:
             raise ProblemError(f"{filename}: {exc}") from exc
 
@@ -280,29 +335,25 @@ def load_problem(path: str | Path) -> Problem:
         + parameter_bytes,
         aten_ops=dict(ops.most_common()),
         analysed_on=analysed_on,
+        eager_peak_bytes=eager_peak,
     )
     return Problem(path=path, source=source, module=module, info=info)
 
 
-def working_set_bytes(info: ProblemInfo, n_checks: int = 5) -> int:
-    """The memory an evaluation of ``info`` holds on its device at the peak, estimated from above.
-
-    Per check the worker keeps the inputs twice (pristine, and the candidate's copy, held to the end so that no
-    address repeats) and the reference output with its float64 twin; the probes, the timing rotation and the
-    comparisons' temporaries add about four more such sets. A check of softmax_65536x4096 (1 GiB in, 1 GiB out, 5
-    checks) had 37.6 GiB allocated when it asked for another GiB; this says 45 GiB.
-    """
-    one_set = 2 * info.input_bytes + 3 * info.output_bytes
-    return (n_checks + 4) * one_set + 2 * info.parameter_bytes
+def working_set_bytes(info: ProblemInfo, n_checks: int = 5, device: str = "cuda") -> int:
+    """The device memory an evaluation of ``info`` needs at its peak: ``tools.memory``'s plan, from the eager peak."""
+    plan = make_plan(info.eager_peak_bytes, info.parameter_bytes, info.input_bytes, info.output_bytes, n_checks, device)
+    return plan.peak
 
 
 def check_fits(info: ProblemInfo, device: str, available_bytes: int, n_checks: int = 5) -> int:
     """Raise ProblemError when the evaluation's working set cannot fit on the device; else return that estimate."""
-    working_set = working_set_bytes(info, n_checks)
+    working_set = working_set_bytes(info, n_checks, device)
     if working_set > available_bytes:
         gib = 1 << 30
         raise ProblemError(
-            f"{info.path}: inputs too large for {device}: evaluating needs about {working_set / gib:.1f} GiB, "
+            f"{info.path}: too large for {device}: evaluating needs about {working_set / gib:.1f} GiB "
+            f"(one eager forward {max(info.eager_peak_bytes, info.input_bytes + info.output_bytes) / gib:.1f} GiB), "
             f"{available_bytes / gib:.1f} GiB available"
         )
     return working_set

@@ -59,7 +59,7 @@ from tools.cheat_tricks import (
     TIMER_PATCH,
     VERDICT_FORGERY,
 )
-from tools.correctness import flatten_outputs, tolerance
+from tools.correctness import fingerprints, flatten_outputs, pieces, tolerance
 
 LOW_DTYPES = {torch.float16, torch.bfloat16}
 LATE_WRITE_WAIT_S = 0.02  # how long the worker waits for a late writer before it looks again
@@ -358,15 +358,6 @@ def child_processes() -> list[int]:
     return pids
 
 
-def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Bitwise-equal contents, NaN equal to NaN."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if a.is_floating_point() or a.is_complex():
-        return bool(((a == b) | (a.isnan() & b.isnan())).all())
-    return torch.equal(a, b)
-
-
 def plain_outputs(outs: list[Any]) -> list[RuntimeFinding]:
     """Outputs must be plain tensors holding data (one on the wrong device is merely incorrect)."""
     out = []
@@ -385,6 +376,7 @@ def watch_call(
     synchronize: Callable[[], None],
     harness_threads: set[threading.Thread],
     harness_children: frozenset[int] = frozenset(),
+    chunk: int = 1 << 22,
 ) -> tuple[Any, list[RuntimeFinding]]:
     """Call ``fn`` and look for work that outlives the call: late writes, threads, children.
 
@@ -399,17 +391,20 @@ def watch_call(
     if found:
         return out, found
     tensors = [o for o in outs if isinstance(o, torch.Tensor)]
-    # The snapshot is ordered after the candidate's work on the current stream only: what the timer
-    # sees. Whatever writes the output later (a side stream, a thread) makes it differ from the final.
+    # The fingerprint is ordered after the candidate's work on the current stream only: what the timer sees.
+    # Whatever writes the output later (a side stream, a thread) makes the final one differ. A fingerprint, not a
+    # copy: an output may be as large as the whole memory plan allows for one.
     with torch.no_grad():
-        snapshot = [t.detach().clone() for t in tensors]
+        snapshot = fingerprints(tensors, chunk)
     if stream is not None:
         stream.synchronize()
     synchronize()
     time.sleep(LATE_WRITE_WAIT_S)
     synchronize()
     new_threads = [t for t in _python_threads() - harness_threads if t.is_alive()]
-    late = [i for i, (s, t) in enumerate(zip(snapshot, tensors, strict=True)) if not same_values(s, t)]
+    with torch.no_grad():
+        final = fingerprints(tensors, chunk)
+    late = [i for i, (s, f) in enumerate(zip(snapshot, final, strict=True)) if s != f]
     if late:
         where = "another stream" if device.type == "cuda" and not new_threads else "another thread"
         found.append(
@@ -530,7 +525,28 @@ def poison_tensors(tensors: list[Any]) -> None:
 # -------------------------------------------------------------------------------- constant output
 
 
-def degenerate_warnings(expected: list[torch.Tensor], policy: Policy) -> list[str]:
+def _mean_and_spread(e: torch.Tensor, limit: int) -> tuple[float, float]:
+    """Mean and standard deviation of ``e`` in float64, a piece at a time."""
+    total = torch.zeros((), dtype=torch.float64, device=e.device)
+    for (p,) in pieces([e], limit):
+        total += p.double().sum()
+    mean = float(total) / e.numel()
+    squares = torch.zeros((), dtype=torch.float64, device=e.device)
+    for (p,) in pieces([e], limit):
+        squares += (p.double() - mean).square().sum()
+    return mean, (float(squares) / e.numel()) ** 0.5
+
+
+def _all_near(e: torch.Tensor, value: float, atol: float, rtol: float, limit: int) -> bool:
+    """Is every value of ``e`` within ``atol + rtol·|e|`` of ``value``?"""
+    far = torch.zeros((), dtype=torch.int64, device=e.device)
+    for (p,) in pieces([e], limit):
+        p64 = p.double()
+        far += ((p64 - value).abs() > atol + rtol * p64.abs()).sum()
+    return not int(far)
+
+
+def degenerate_warnings(expected: list[torch.Tensor], policy: Policy, limit: int = 1 << 22) -> list[str]:
     """Warn when a constant passes the tolerance on an output, or the output hardly varies."""
     out = []
     for i, e in enumerate(expected):
@@ -538,11 +554,10 @@ def degenerate_warnings(expected: list[torch.Tensor], policy: Policy) -> list[st
             continue
         atol, rtol = tolerance(policy, e.dtype)  # each output's own: outputs may differ in dtype
         where = f"output {i}" if len(expected) > 1 else "the output"
-        e64 = e.double()
-        mean, std = float(e64.mean()), float(e64.std())
+        mean, std = _mean_and_spread(e, limit)
         if std <= 1e-6 * max(abs(mean), 1e-30):
             out.append(f"degenerate problem: {where} is nearly constant (mean {mean:.3g}, std {std:.3g})")
-        elif bool(((e64 - mean).abs() <= atol + rtol * e64.abs()).all()):
+        elif _all_near(e, mean, atol, rtol, limit):
             out.append(
                 f"degenerate problem: a constant ({mean:.3g}) passes the {policy} tolerance (atol={atol:g}) on "
                 f"every value of {where}; kernels are also held to tracking its variation"
@@ -550,7 +565,9 @@ def degenerate_warnings(expected: list[torch.Tensor], policy: Policy) -> list[st
     return out
 
 
-def constant_output(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> str | None:
+def constant_output(
+    actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float, limit: int = 1 << 22
+) -> str | None:
     """Why ``actual`` passes only because ``expected`` is within the tolerance of a constant, or None.
 
     Applies where a constant passes: then the candidate's error must be well below the reference's
@@ -558,12 +575,13 @@ def constant_output(actual: torch.Tensor, expected: torch.Tensor, atol: float, r
     """
     if not (expected.is_floating_point() and expected.numel() > 1):
         return None
-    e64, a64 = expected.double(), actual.detach().double()
-    mean = e64.mean()
-    spread = float((e64 - mean).square().mean().sqrt())
-    if spread == 0.0 or not bool(((e64 - mean).abs() <= atol + rtol * e64.abs()).all()):
+    mean, spread = _mean_and_spread(expected, limit)
+    if spread == 0.0 or not _all_near(expected, mean, atol, rtol, limit):
         return None
-    ratio = float((a64 - e64).square().mean().sqrt()) / spread
+    squares = torch.zeros((), dtype=torch.float64, device=expected.device)
+    for a, e in pieces([actual.detach(), expected], limit):
+        squares += (a.double() - e.double()).square().sum()
+    ratio = (float(squares) / expected.numel()) ** 0.5 / spread
     if ratio < 0.5:
         return None
     return (

@@ -7,6 +7,7 @@ timer before it imports any candidate code, so a candidate that patches ``Event.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable
@@ -58,7 +59,9 @@ class CudaTimer:
     def __init__(self, device: torch.device, hold_ms: float = 1.0, flush: Literal["read", "write"] = "read") -> None:
         props = torch.cuda.get_device_properties(device)
         self.flush_bytes = max(2 * props.L2_cache_size, 64 << 20)
-        self._flush_buf = torch.zeros(self.flush_bytes // 4, dtype=torch.float32, device=device)
+        self._device = device
+        self._zeros = torch.zeros
+        self._flush_buf: torch.Tensor | None = None
         self._flush_sink = torch.empty((), dtype=torch.float32, device=device)
         self._flush_mode = flush
         self._sum = torch.sum  # bound now, like the clocks: a candidate that patches torch.sum keeps the flush
@@ -72,6 +75,7 @@ class CudaTimer:
         self._clock = _perf_counter
         self.hold_ms = hold_ms
         self._hold_cycles = self._cycles_for(hold_ms) if hold_ms > 0 else 0
+        self.release()
 
     def _cycles_for(self, ms: float) -> int:
         """The spin's length in GPU cycles for ``ms``, measured with the GPU warm (its clock at speed).
@@ -99,10 +103,16 @@ class CudaTimer:
         their write-back to memory; a read leaves clean lines, evicted for free (bench/RESULTS.md, "What
         the cache flush costs the call after it").
         """
+        if self._flush_buf is None:
+            self._flush_buf = self._zeros(self.flush_bytes // 4, dtype=torch.float32, device=self._device)
         if self._flush_mode == "write":
             self._flush_buf.zero_()
         else:
             self._sum(self._flush_buf, dim=0, out=self._flush_sink)
+
+    def release(self) -> None:
+        """Free the flush buffer until the next flush: only timing needs it, and the checks' memory is the plan's."""
+        self._flush_buf = None
 
     def synchronize(self) -> None:
         self._sync()
@@ -141,10 +151,13 @@ class CpuTimer:
         # CI host) and filling that before every call costs more than the calls; 64 MiB evicts L1/L2
         # and most of a typical L3 slice.
         self.flush_bytes = min(max(2 * _last_level_cache_bytes(), 8 << 20), 64 << 20)
-        self._flush_buf = torch.empty(self.flush_bytes // 4, dtype=torch.float32)
+        self._empty = torch.empty
+        self._flush_buf: torch.Tensor | None = None  # made by the first flush: only timing needs it
         self._clock = _perf_counter
 
     def flush(self) -> None:
+        if self._flush_buf is None:
+            self._flush_buf = self._empty(self.flush_bytes // 4, dtype=torch.float32)
         self._flush_buf.fill_(1.0)
 
     def synchronize(self) -> None:
@@ -212,6 +225,42 @@ def refresher(make: Callable[[int], list[Any]], buffers: list[Any]) -> Callable[
     return refresh
 
 
+STABLE_TRIALS = 20  # the fewest trials whose median is steady for calls of 10-100 ms (bench/RESULTS.md)
+WARMUP_S = 0.2  # a contender's warm-up stops after two calls once its calls took this long
+
+
+class Timing(NamedTuple):
+    """What ``time_interleaved`` measured."""
+
+    stats: dict[str, TimingStats]
+    paired: dict[str, float]  # paired_ratios
+    kept: Any  # the output of the ``keep`` contender's last call (None without one)
+    trials: int
+    seconds: float
+
+
+def _warm_up(fn: Callable[..., Any], inputs: list[Any], timer: Timer, cfg: TimingConfig) -> float:
+    """Warm ``fn`` up (compilation, autotuning, caches); the seconds its last call took."""
+    spent, last = 0.0, 0.0
+    for done in range(1, cfg.warmup_trials + 1):
+        start = _perf_counter()
+        fn(*inputs)
+        timer.synchronize()
+        last = _perf_counter() - start
+        spent += last
+        if done >= 2 and spent >= WARMUP_S:
+            break
+    return last
+
+
+def min_trials_for(cfg: TimingConfig, trial_s: float) -> int:
+    """The trial count to reach: ``cfg.min_trials``, or fewer (never below ``STABLE_TRIALS``, nor above what was
+    asked) where that many trials of ``trial_s`` seconds would take longer than ``cfg.long_trials_s``."""
+    if cfg.min_trials * trial_s <= cfg.long_trials_s:
+        return cfg.min_trials
+    return min(cfg.min_trials, max(STABLE_TRIALS, math.ceil(cfg.long_trials_s / max(trial_s, 1e-9))))
+
+
 def time_interleaved(
     contenders: dict[str, Callable[..., Any]],
     inputs: list[Any],
@@ -219,23 +268,23 @@ def time_interleaved(
     timer: Timer,
     cfg: TimingConfig,
     seed: int = 0,
-) -> tuple[dict[str, TimingStats], dict[str, float], dict[str, Any], int, float]:
+    keep: str | None = None,
+) -> Timing:
     """Time every contender on the same inputs, fresh values each trial, in a shuffled order each trial.
 
     Before every trial ``refresh(trial)`` gives ``inputs`` new values; before every call the cache is
-    flushed. Returns the stats per contender, the paired ratios between them (``paired_ratios``), each
-    contender's output from the last trial (so the caller can check that timed calls returned real
-    results), the number of trials and the wall time.
+    flushed. Each output is freed as soon as its call is timed, as a caller would, but ``keep``'s, which is held
+    until that contender's next call: its last one comes back (so the caller can check that a timed call returned a
+    real result). Trials run until ``cfg``'s minimums are met, the trial count adapted to the calls' length
+    (``min_trials_for``).
     """
     rng = random.Random(seed)
     with torch.no_grad():
-        for fn in contenders.values():
-            for _ in range(cfg.warmup_trials):
-                fn(*inputs)
-        timer.synchronize()
+        trial_s = sum(_warm_up(fn, inputs, timer, cfg) for fn in contenders.values())
+        min_trials = min_trials_for(cfg, trial_s)
         samples: dict[str, list[float]] = {name: [] for name in contenders}
         host: dict[str, list[float]] = {name: [] for name in contenders}
-        last: dict[str, Any] = {}
+        kept: Any = None
         order = list(contenders)
         start = _perf_counter()
         trial = 0
@@ -243,18 +292,21 @@ def time_interleaved(
             refresh(trial)
             rng.shuffle(order)
             for name in order:
-                last.pop(name, None)  # the previous output is freed before the call, as a caller would
+                if name == keep:
+                    kept = None  # the previous output is freed before the call, as a caller would
                 if cfg.flush_cache:
                     timer.flush()
                 timed = timer.time_call(contenders[name], inputs)
                 samples[name].append(timed.ms)
                 host[name].append(timed.host_ms)
-                last[name] = timed.out
+                if name == keep:
+                    kept = timed.out
+                del timed
             trial += 1
             elapsed = _perf_counter() - start
             if trial >= cfg.max_trials or elapsed >= cfg.max_seconds:
                 break
-            if trial >= cfg.min_trials and elapsed >= cfg.min_seconds:
+            if trial >= min_trials and elapsed >= cfg.min_seconds:
                 break
     stats = {name: summarize(s, host[name]) for name, s in samples.items()}
-    return stats, paired_ratios(samples), last, trial, _perf_counter() - start
+    return Timing(stats, paired_ratios(samples), kept, trial, _perf_counter() - start)

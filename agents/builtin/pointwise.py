@@ -184,7 +184,7 @@ def build_spec(module: Any, info: ProblemInfo) -> dict[str, Any]:
     for i in live:
         op, ins, attrs = t.nodes[i]
         shape = t.shapes[i]
-        if op in ("leaf", "const"):
+        if op in ("leaf", "const") or not t.node_leaves[i]:  # of constants alone: one number, whatever its shape
             continue
         if t.node_leaves[i] & band_leaves:
             if not _broadcasts_to(shape, out_shape):

@@ -4,17 +4,20 @@ as an expression DAG over leaves (forward inputs, parameters and buffers, the he
 Each op the templates can reproduce has a handler (``HANDLERS``, or the op sets ``UNARY``, ``BINARY``, ``VIEWS``,
 ...) that binds its schema's arguments and appends one node; anything else marks the trace failed with the reason,
 which ``pointwise.build_spec`` turns into ``Refuse``. ``BOOL_OPS`` and ``TRANSCENDENTAL`` also tell the
-expression templates how to emit a node.
+expression templates how to emit a node. A tensor the forward makes of one repeated number (``torch.full``,
+``torch.ones_like``, ``torch.tensor(0.0, device=x.device)``, ...) is a constant of the expression.
 """
 
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 # Node ops whose value is a bool (the C code keeps them as bool and converts where arithmetic needs a float).
@@ -40,6 +43,13 @@ VIEWS = frozenset({"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "e
 TRANSPOSES = frozenset({"t", "permute", "transpose"})  # only as a heavy op's operand (W.t() of a linear)
 HEAVY = frozenset({"mm", "addmm", "bmm", "convolution"})
 DIAGONAL = frozenset({"diag_embed"})  # a 1-D leaf made a diagonal matrix: only as an operand of aten.mm
+# Factories of one repeated value (the number, or the argument that holds it): that constant broadcast to the shape.
+FILLED: dict[str, float | str] = {
+    "scalar_tensor": "s", "full": "fill_value", "new_full": "fill_value", "full_like": "fill_value",
+    "ones": 1.0, "new_ones": 1.0, "ones_like": 1.0, "zeros": 0.0, "new_zeros": 0.0, "zeros_like": 0.0,
+}  # fmt: skip
+# Tensors made from Python data: on meta these run no aten op at all (on the CPU, aten.lift_fresh of the data).
+LITERALS = (torch.tensor, torch.as_tensor, torch.asarray, torch.Tensor.new_tensor)
 HANDLED = (
     UNARY
     | BINARY
@@ -47,9 +57,10 @@ HANDLED = (
     | TRANSPOSES
     | HEAVY
     | DIAGONAL
+    | frozenset(FILLED)
     | {"gelu", "elu", "celu", "leaky_relu", "hardtanh", "softplus", "threshold", "hardshrink", "softshrink", "round",
        "log_sigmoid_forward", "add", "sub", "rsub", "div", "pow", "clamp", "clamp_min", "clamp_max", "where",
-       "masked_fill", "addcmul", "addcdiv", "lerp", "scalar_tensor"}
+       "masked_fill", "addcmul", "addcdiv", "lerp"}
 )  # fmt: skip
 
 
@@ -102,6 +113,38 @@ def _number(v: Any) -> float:
     raise Refuse(f"scalar argument {v!r} is not a finite real number")
 
 
+def _repeated(data: Any) -> float:
+    """The number a tensor made from Python ``data`` holds everywhere (a number, or nested lists of one)."""
+    flat = [data]
+    while any(isinstance(v, list | tuple) for v in flat):
+        flat = [w for v in flat for w in (v if isinstance(v, list | tuple) else [v])]
+    if len({(c, math.copysign(1.0, c)) for c in map(_number, flat)}) != 1:
+        raise Refuse(f"a tensor made in forward from {reprlib.repr(data)}: not one repeated number")
+    return _number(flat[0])
+
+
+class _Literals(TorchFunctionMode):
+    """Shows the tracer the tensors made from Python data, with that data: no aten op does on meta."""
+
+    def __init__(self, tracer: Tracer) -> None:
+        super().__init__()
+        self.tracer = tracer
+
+    def __torch_function__(
+        self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func in LITERALS and self.tracer.failed is None and not self.tracer.known(out):
+            positional = args[1:] if func is torch.Tensor.new_tensor else args
+            data = positional[0] if positional else kwargs.get("data", kwargs.get("obj"))
+            try:
+                self.tracer.literal(data, out)
+            except Refuse as exc:
+                self.tracer.failed = str(exc)
+        return out
+
+
 class Tracer(TorchDispatchMode):
     """Records the pointwise expression while the reference runs on meta tensors."""
 
@@ -116,8 +159,19 @@ class Tracer(TorchDispatchMode):
         self.keep += [*inputs, *params.values()]
         self.consts: dict[tuple[float, float], int] = {}  # by value and sign, so -0.0 is not 0.0
         self.leaf_nodes: dict[int, int] = {}
+        self.literals = _Literals(self)
 
     # ---- dispatch
+
+    def __enter__(self) -> Tracer:
+        self.literals.__enter__()
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            super().__exit__(*exc)
+        finally:
+            self.literals.__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -156,6 +210,17 @@ class Tracer(TorchDispatchMode):
             raise Refuse(f"a tensor of shape {tuple(x.shape)} that is neither an input, a parameter nor computed")
         self.values[id(x)] = v
         return v
+
+    def known(self, x: Any) -> bool:
+        """Whether ``x`` is a tensor the trace has a value for (or would have: an input or parameter)."""
+        return isinstance(x, torch.Tensor) and any(id(x) in d for d in (self.values, self.input_ids, self.param_ids))
+
+    def literal(self, data: Any, out: torch.Tensor) -> None:
+        """``out`` made from Python ``data`` (``torch.tensor(c)`` and kin): a constant if it is one number."""
+        self.keep.append(out)
+        if out.dtype not in (torch.float32, torch.bool):
+            raise Refuse(f"a {out.dtype} tensor made in forward from {reprlib.repr(data)}")
+        self.values[id(out)] = _Value(self.const(_repeated(data)), tuple(out.shape), frozenset())
 
     def node_of(self, v: _Value) -> int:
         """The expression node of a value (a leaf gets its node on first use)."""
@@ -246,13 +311,17 @@ class Tracer(TorchDispatchMode):
         src = a.get("self")
         if not isinstance(src, torch.Tensor):
             raise Refuse(f"aten.{name} of a non-tensor")
-        if name == "_to_copy" and (a.get("dtype") not in (None, torch.float32) or out.device != src.device):
-            raise Refuse("a dtype or device conversion")
-        if name == "lift_fresh":  # torch.tensor(c) inside forward: a constant if it is a plain number
-            if src.dim() == 0 and src.device.type == "cpu":
-                return _Value(self.const(float(src)), (), frozenset())
-            raise Refuse("a tensor constant created in forward")
+        if name == "_to_copy" and a.get("dtype") not in (None, torch.float32):
+            raise Refuse("a dtype conversion")
+        if name == "lift_fresh":  # torch.tensor(data) on the CPU: the data is in the tensor lifted
+            if src.device.type != "cpu":
+                raise Refuse("a tensor constant created in forward")
+            return _Value(self.const(_repeated(src.tolist())), shape, frozenset())
         v = self.value(src)
+        if v.node is not None and not v.leaves:  # computed from constants alone: one number, in any view or place
+            return _Value(v.node, shape, v.leaves)
+        if name == "_to_copy" and out.device != src.device:
+            raise Refuse("a device conversion")
         if v.diagonal:
             raise Refuse(f"aten.{name} of a diagonal matrix")
         if name in TRANSPOSES:
@@ -490,8 +559,13 @@ def _round(t: Tracer, a: dict[str, Any], shape: tuple[int, ...]) -> int:
     return t.emit("round", [t.operand(a["self"])], [], shape)
 
 
-def _scalar_tensor(t: Tracer, a: dict[str, Any], shape: tuple[int, ...]) -> int:
-    return t.const(a["s"])
+def _filled(value: float | str) -> Callable[[Tracer, dict[str, Any], tuple[int, ...]], int]:
+    """A factory of one repeated value: ``value``, or the argument it names."""
+
+    def handler(t: Tracer, a: dict[str, Any], shape: tuple[int, ...]) -> int:
+        return t.const(a[value] if isinstance(value, str) else value)
+
+    return handler
 
 
 HANDLERS: dict[str, Callable[[Tracer, dict[str, Any], tuple[int, ...]], int]] = {
@@ -519,5 +593,5 @@ HANDLERS: dict[str, Callable[[Tracer, dict[str, Any], tuple[int, ...]], int]] = 
     "hardshrink": _with("hardshrink", "lambd"),
     "softshrink": _with("softshrink", "lambd"),
     "log_sigmoid_forward": lambda t, a, shape: t.emit("log_sigmoid", [t.operand(a["self"])], [], shape),
-    "scalar_tensor": _scalar_tensor,
+    **{name: _filled(value) for name, value in FILLED.items()},
 }

@@ -1,8 +1,9 @@
 """The batch engine: one agent graph per problem, up to ``parallel`` at once, resumable, one table.
 
 Each problem's search runs in a process of its own (``graphs.batch.runner``); this process loads the
-problems, decides what each needs (nothing: its finished run is read back; a new run; the resumption
-of a killed one), starts the processes, and rewrites the table whenever a problem is done.
+problems, decides what each needs (nothing: its finished run is read back, or its finished row is taken
+from an earlier slice's batch.json; a new run; the resumption of a killed one), starts the processes,
+and rewrites the table whenever a problem is done.
 """
 
 from __future__ import annotations
@@ -23,16 +24,16 @@ from typing import Any, TypeVar
 
 import structlog
 
-from graphs.batch.metrics import summarise
+from graphs.batch.metrics import by_group, summarise
 from graphs.batch.problems import reason_for, row_names
-from graphs.batch.rows import failed_row, family_of, pending_row, row_for
+from graphs.batch.rows import failed_row, family_of, pending_row, row_for, verified
 from graphs.batch.runner import Assignment, read_record, run_is_busy, work
 from graphs.batch.table import Render, Summarise, markdown, write_outputs, x
 from graphs.config import RunConfig
 from graphs.runs import RunPaths, _git_commit, create_run, load_state
 from graphs.state import best_candidate
 from sandbox.config import job_memory_bytes
-from tools.errors import ProblemError
+from tools.errors import ConfigError, ProblemError
 from tools.problem import Problem, check_fits, load_problem
 
 log = structlog.get_logger(__name__)
@@ -74,11 +75,43 @@ class BatchSettings:
     render: Render = markdown
     summary: Summarise = summarise
     options: dict[str, Any] = field(default_factory=dict)  # what the command was given, for the record
+    after: tuple[Path, ...] = ()  # earlier slices' batch.json files whose finished rows stand for this batch's
+
+
+def _differing_settings(saved: dict[str, Any], config: RunConfig) -> list[str]:
+    mine = json.loads(config.model_dump_json())
+    return [k for k in COMPARED if saved.get(k) != mine.get(k)]
 
 
 def _same_settings(saved: dict[str, Any], config: RunConfig) -> bool:
-    mine = json.loads(config.model_dump_json())
-    return all(saved.get(k) == mine.get(k) for k in COMPARED)
+    return not _differing_settings(saved, config)
+
+
+def earlier_rows(files: tuple[Path, ...], base: RunConfig, commit: str | None) -> dict[str, dict[str, Any]]:
+    """The finished rows of earlier slices' batch.json files, by the hash of the problem's source: a call on a
+    machine that has none of their run folders takes them instead of searching those problems again. A later
+    file's row wins. A file made by other code or with other settings belongs to another table: naming it is
+    a mistake to report, not a reason to search everything again."""
+    rows: dict[str, dict[str, Any]] = {}
+    for file in files:
+        if not file.is_file():
+            raise ConfigError(f"--after {file}: no such file")
+        try:
+            record = json.loads(file.read_text())
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"--after {file}: not a batch.json ({exc})") from exc
+        if not isinstance(record, dict) or not isinstance(record.get("rows"), list):
+            raise ConfigError(f"--after {file}: not a batch.json (it holds no rows)")
+        if record.get("commit") != commit:
+            raise ConfigError(f"--after {file}: made by commit {record.get('commit')}, this tree is {commit}")
+        differ = _differing_settings(record.get("run_config") or {}, base)
+        if differ:
+            raise ConfigError(f"--after {file}: made with other settings ({', '.join(differ)})")
+        for row in record["rows"]:
+            # Rows written before rows kept the source's hash cannot be matched: those problems run again.
+            if row["status"] == "done" and row.get("sha256") and row.get("commit") == commit:
+                rows[row["sha256"]] = {**row, "taken_from": str(file)}
+    return rows
 
 
 def find_run(root: Path, problem: Problem, config: RunConfig, commit: str | None) -> tuple[RunPaths, bool] | None:
@@ -121,6 +154,7 @@ class Batch:
         self.base = base
         self.s = settings
         self.commit = _git_commit()
+        self.earlier = earlier_rows(settings.after, base, self.commit)
         self.rows: list[dict[str, Any]] = [pending_row(self.names[p], p) for p in problems]
         self.record: dict[str, Any] = {
             "date": dt.date.today().isoformat(),
@@ -138,7 +172,12 @@ class Batch:
             self.s.say(f"{self.s.label}: {text}")
 
     def write(self) -> None:
-        self.record.update(rows=self.rows, summary=self.s.summary(self.rows), wall_s=time.perf_counter() - self.started)
+        self.record.update(
+            rows=self.rows,
+            summary=self.s.summary(self.rows),
+            groups=by_group(self.rows, self.s.summary),
+            wall_s=time.perf_counter() - self.started,
+        )
         write_outputs(self.s.out, self.s.label, self.record, self.s.render)
 
     # -------------------------------------------------------------------------------- one problem
@@ -166,6 +205,11 @@ class Batch:
             if not (self.s.fresh_check and may_search and unchecked):
                 return row_for(name, problem, paths, "reused", self.s.fresh_check)
             return self._job(index, name, problem, paths, "reused", config, resume=False, search=False)
+        earlier = self.earlier.get(problem.info.sha256)
+        # Whether a kernel counts as verified depends on whether this batch re-checks kernels on fresh seeds,
+        # and the row carries no source to re-check: take it only where its verdict is this batch's too.
+        if earlier is not None and verified(earlier, self.s.fresh_check) == earlier.get("verified"):
+            return {**earlier, **pending_row(name, path, problem), "status": earlier["status"], "this_session": "taken"}
         if not may_search:
             return pending_row(name, path, problem)
         if found:  # killed part-way: continue it with the settings it was started with

@@ -7,14 +7,18 @@
 - geometric means: over the same problems, of the result's speedup, where the result is the selected
   kernel, or the reference where none beat it: a problem that failed, whose kernel is incorrect or
   slower than the reference, counts as 1.0 (as Gimlet Labs reported).
+- per group: the same summary over the problems of each folder (KernelBench reports each level apart).
 """
 
 from __future__ import annotations
 
 import math
+import re
+import statistics
+from collections.abc import Callable
 from typing import Any
 
-from graphs.batch.rows import FAILED, NO_FAMILY
+from graphs.batch.rows import FAILED, NO_FAMILY, group_of
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 
@@ -77,4 +81,37 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "tokens": sum(r.get("tokens") or 0 for r in rows),
         "dollars": sum(r.get("dollars") or 0.0 for r in rows),
         "search_wall_s": sum(r.get("search_wall_s") or 0.0 for r in rows),
+        **memory_summary(rows),
     }
+
+
+def memory_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Over the rows whose jobs reported their memory (tools.memory): the largest and median job peak over one eager
+    forward's, and the range of the pre-check's estimate over the measured peak."""
+    measured = [r for r in rows if r.get("peak_over_eager") and r.get("memory_estimate_bytes")]
+    if not measured:
+        return {}
+    ratios = sorted(r["peak_over_eager"] for r in measured)
+    estimates = [r["memory_estimate_bytes"] / r["peak_bytes"] for r in measured]
+    return {
+        "memory_measured": len(measured),
+        "peak_over_eager_max": ratios[-1],
+        "peak_over_eager_median": statistics.median(ratios),
+        "estimate_over_peak_min": min(estimates),
+        "estimate_over_peak_max": max(estimates),
+    }
+
+
+def _natural(name: str) -> list[str | int]:
+    # level2 before level10; the split alternates text and digits, so equal positions compare alike.
+    return [int(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", name))]
+
+
+def by_group(
+    rows: list[dict[str, Any]], summary: Callable[[list[dict[str, Any]]], dict[str, Any]] = summarise
+) -> dict[str, dict[str, Any]]:
+    """``summary`` of the rows of each group (the problem file's folder: KernelBench's levels), in natural order."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(group_of(row), []).append(row)
+    return {name: summary(groups[name]) for name in sorted(groups, key=_natural)}

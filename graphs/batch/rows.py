@@ -18,10 +18,11 @@ from graphs.batch.problems import explain
 from graphs.batch.runner import read_record
 from graphs.runs import PROJECT_ROOT, RunPaths, load_state
 from graphs.state import best_candidate
-from tools.problem import Problem
+from tools.problem import Problem, working_set_bytes
 
 NO_FAMILY = "no builtin idea applies"
 FAILED = ("unfinished", "error", "skipped", "reference failed")
+NO_GROUP = "—"  # a row of an older batch.json that names no file to take its folder from
 
 
 def family_of(problem: Problem) -> str:
@@ -33,10 +34,27 @@ def where(path: Path) -> str:
     return str(path.relative_to(PROJECT_ROOT) if path.is_relative_to(PROJECT_ROOT) else path)
 
 
+def group_of(row: dict[str, Any]) -> str:
+    """The row's group: the problem file's folder (KernelBench's ``level1``...). Rows of batch.json files
+    written before rows carried it fall back to their path."""
+    if row.get("group"):
+        return str(row["group"])
+    if row.get("path"):
+        return Path(row["path"]).parent.name or NO_GROUP
+    return NO_GROUP
+
+
 def pending_row(name: str, path: Path, problem: Problem | None = None) -> dict[str, Any]:
-    row: dict[str, Any] = {"name": name, "path": where(path), "status": "pending"}
+    row: dict[str, Any] = {
+        "name": name,
+        "path": where(path),
+        "group": path.parent.name or NO_GROUP,
+        "status": "pending",
+    }
     if problem is not None:
         row.update(
+            # What a later call's --after matches a finished row by, with the record's commit and settings.
+            sha256=problem.info.sha256,
             family=family_of(problem),
             input_bytes=problem.info.input_bytes,
             output_bytes=problem.info.output_bytes,
@@ -101,6 +119,7 @@ def row_for(name: str, problem: Problem, paths: RunPaths, how: str, fresh: bool)
         "fresh_check": record.get("fresh_check"),
         "reason": record.get("error"),
         "fresh_check_error": record.get("fresh_check_error"),
+        **memory_of(problem, b, candidates, meta["config"]),
     }
     if record.get("error") and row["status"] != "done":
         row["status"] = "error"
@@ -146,6 +165,26 @@ def row_for(name: str, problem: Problem, paths: RunPaths, how: str, fresh: bool)
     row["tried"] = [tried(c) for c in candidates]
     row["outcome"] = outcome(row)
     return row
+
+
+def memory_of(
+    problem: Problem, baseline: dict[str, Any], candidates: list[dict[str, Any]], config: dict[str, Any]
+) -> dict[str, Any]:
+    """The run's memory against its plan: the pre-check's estimate, one eager forward's peak as the worker measured
+    it, and the largest peak of the run's jobs (the baseline's, each candidate's check and timing), with its ratio
+    to the eager peak. Empty for a run saved before jobs reported their memory."""
+    reports = [r for r in [baseline.get("memory"), *(c.get("memory") for c in candidates)] if r]
+    if not reports:
+        return {}
+    largest = max(reports, key=lambda r: r["peak_bytes"])
+    eager = largest["eager_peak_bytes"]
+    device = "cuda" if (baseline.get("device") or {}).get("gpu") else "cpu"
+    return {
+        "memory_estimate_bytes": working_set_bytes(problem.info, config.get("n_checks", 5), device),
+        "eager_peak_bytes": eager,
+        "peak_bytes": largest["peak_bytes"],
+        "peak_over_eager": largest["peak_bytes"] / eager if eager else None,
+    }
 
 
 def verified(row: dict[str, Any], fresh: bool = True) -> bool | None:

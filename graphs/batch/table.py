@@ -1,5 +1,6 @@
-"""A batch's outputs: OUT/<label>.json (every row, the summary, the header facts) and OUT/<label>.md
-(the table), rewritten after every problem; and ``merge``, which makes one table of slices run apart."""
+"""A batch's outputs: OUT/<label>.json (every row, the summary, one summary per folder, the header facts)
+and OUT/<label>.md (the table), rewritten after every problem; and ``merge``, which makes one table of
+slices run apart."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import torch
 
-from graphs.batch.metrics import FAST_P, summarise
+from graphs.batch.metrics import FAST_P, by_group, summarise
 from graphs.rundata import reduced_details
 from tools.errors import ConfigError
 from tools.paths import write_atomic
@@ -59,6 +60,45 @@ def _kernel_cell(r: dict[str, Any]) -> str:
     return f"{r['kernel_id']}: {x(r['kernel_speedup_vs_eager'])} vs eager"
 
 
+def _fast_cell(p: float) -> Callable[[dict[str, Any]], str]:
+    key = f"{p:g}"
+    return lambda s: f"{pct(s['fast_p_vs_eager'][key])} / {pct(s['fast_p_vs_best'][key])}"
+
+
+def group_table(record: dict[str, Any]) -> list[str]:
+    """The summaries of the batch's folders (KernelBench's levels) side by side, then the whole batch's; none
+    for a batch of one folder, whose summary is the whole batch's."""
+    groups = record.get("groups") or {}
+    if len(groups) < 2:
+        return []
+    # A list, not a dict: a folder may be called "all" too.
+    columns = [*groups.items(), ("all", record["summary"])]
+    metrics: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+        ("problems attempted", lambda s: f"{s['attempted']} of {s['problems']}"),
+        ("correct kernels (fast_0)", lambda s: pct(s["fast_p_vs_eager"]["0"])),
+        *[(f"fast_{p:g} vs eager / vs faster ref", _fast_cell(p)) for p in FAST_P if p],
+        ("geomean vs eager", lambda s: x(s["geomean_vs_eager"])),
+        ("geomean vs torch.compile", lambda s: x(s["geomean_vs_compile"])),
+        ("geomean vs faster ref", lambda s: x(s["geomean_vs_best"])),
+        ("search wall time", lambda s: f"{s['search_wall_s']:.0f} s"),
+    ]
+    lines = ["", "Per folder (KernelBench's levels):", "", "| | " + " | ".join(name for name, _ in columns) + " |"]
+    lines.append("|" + "---|" * (len(columns) + 1))
+    lines += [f"| {label} | " + " | ".join(cell(s) for _, s in columns) + " |" for label, cell in metrics]
+    return lines
+
+
+def memory_line(s: dict[str, Any]) -> list[str]:
+    """The summary's memory line, where jobs reported their memory."""
+    if not s.get("memory_measured"):
+        return []
+    return [
+        f"- Memory over the {s['memory_measured']} problems whose jobs reported it: a job's peak over one eager "
+        f"forward's peak {s['peak_over_eager_median']:.2f}× median, {s['peak_over_eager_max']:.2f}× at most; the "
+        f"pre-check's estimate {s['estimate_over_peak_min']:.2f}–{s['estimate_over_peak_max']:.2f}× the measured peak."
+    ]
+
+
 def markdown(record: dict[str, Any]) -> str:
     """The batch's table: one row per problem with its verdict and speedups, then the summary."""
     s, rows = record["summary"], record["rows"]
@@ -100,7 +140,9 @@ def markdown(record: dict[str, Any]) -> str:
         f"eager, {x(s['geomean_vs_compile'])} vs torch.compile.",
         f"- Spent: {s['tokens']:,} tokens, ${s['dollars']:.2f}, {s['candidates']} candidates, search wall time "
         f"{s['search_wall_s']:.0f} s (this session's batch wall time {record.get('wall_s', 0.0):.0f} s).",
+        *memory_line(s),
         *precision_notes(rows),
+        *group_table(record),
     ]
     return "\n".join(lines) + "\n"
 
@@ -130,5 +172,6 @@ def merge(
     merged["command"] = "\n".join(dict.fromkeys(r["command"] for r in records))
     merged["wall_s"] = sum(r.get("wall_s") or 0.0 for r in records)
     merged.update(rows=list(rows.values()), summary=summary(list(rows.values())))
+    merged["groups"] = by_group(merged["rows"], summary)
     write_outputs(out, label, merged, render)
     return merged

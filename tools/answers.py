@@ -1,0 +1,126 @@
+"""Where the worker keeps the answers it computed before any candidate code existed.
+
+Every check's expected outputs are computed up front, so a candidate that patches torch cannot change them; holding
+them all on the device would cost ``n_checks`` outputs. ``AnswerStore`` keeps each set on the device while the memory
+plan's allowance has room (``tools.memory.Plan``) and parks the rest: in host memory for a GPU job, in an unlinked
+scratch file for a CPU job (whose host memory is its device memory). ``get`` brings a set back to the device for the
+one comparison that needs it; the caller drops it afterwards. A parked tensor's device copy is poisoned before it is
+freed, so memory a candidate never wrote cannot hold a right answer.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import IO, Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class _Parked:
+    """A tensor kept off the device: its layout, and its values (a host tensor, or a range of the scratch file)."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    host: torch.Tensor | None = None
+    offset: int = 0
+    nbytes: int = 0
+
+
+def poison(t: torch.Tensor) -> None:
+    """Overwrite a tensor the worker is done with, so freed memory never holds an answer."""
+    if t.numel():
+        with torch.no_grad():
+            if t.is_floating_point() or t.is_complex():
+                t.fill_(float("nan"))
+            elif t.dtype != torch.bool:
+                t.fill_(0x7F)
+
+
+class AnswerStore:
+    """Answer sets by key, each on ``device`` while ``allowance`` bytes have room, else parked."""
+
+    def __init__(self, device: torch.device, allowance: int, scratch: str | None = None) -> None:
+        self.device, self.allowance = device, allowance
+        self._scratch = scratch
+        self._file: IO[bytes] | None = None
+        self._end = 0
+        self._sets: dict[Any, list[torch.Tensor | _Parked | Any]] = {}
+        self.device_bytes = 0
+        self.parked_bytes = 0
+
+    def put(self, key: Any, values: list[Any], *, keep_on_device: bool | None = None) -> None:
+        """Store a set (tensors and other leaves). ``keep_on_device``: the plan's decision; None: while room is left."""
+        size = sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+        on_device = self.device_bytes + size <= self.allowance if keep_on_device is None else keep_on_device
+        if on_device:
+            self._sets[key] = list(values)
+            self.device_bytes += size
+            return
+        self._sets[key] = [self._park(v) if isinstance(v, torch.Tensor) else v for v in values]
+        self.parked_bytes += size
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._sets
+
+    def on_device(self, key: Any) -> bool:
+        return not any(isinstance(v, _Parked) for v in self._sets[key])
+
+    def get(self, key: Any) -> list[Any]:
+        """The set on the device: the stored tensors themselves, or fresh copies of parked ones."""
+        return [self._unpark(v) if isinstance(v, _Parked) else v for v in self._sets[key]]
+
+    def drop(self, key: Any) -> None:
+        for v in self._sets.pop(key):
+            if isinstance(v, torch.Tensor):
+                poison(v)
+                self.device_bytes -= v.numel() * v.element_size()
+
+    def clear(self) -> None:
+        for key in list(self._sets):
+            self.drop(key)
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    # ---- parking
+
+    def _park(self, t: torch.Tensor) -> _Parked:
+        t = t.detach()
+        layout = {"shape": tuple(t.shape), "stride": tuple(t.stride()), "dtype": t.dtype}
+        if t.device.type == "cuda":
+            parked = _Parked(**layout, host=t.to("cpu"))
+            poison(t)
+            return parked
+        # On the CPU the host is the device: write the values to a file nobody can open by name.
+        if self._file is None:
+            self._file = tempfile.TemporaryFile(dir=self._scratch)  # noqa: SIM115 (closed by clear())
+        raw = memoryview(t.contiguous().reshape(-1).view(torch.uint8).numpy())
+        offset, done = self._end, 0
+        while done < raw.nbytes:  # one write moves at most 2 GiB on Linux
+            done += os.pwrite(self._file.fileno(), raw[done:], offset + done)
+        self._end += raw.nbytes
+        poison(t)
+        return _Parked(**layout, offset=offset, nbytes=raw.nbytes)
+
+    def _unpark(self, p: _Parked) -> torch.Tensor:
+        out = torch.empty_strided(p.shape, p.stride, dtype=p.dtype, device=self.device)
+        if p.host is not None:
+            out.copy_(p.host)
+            return out
+        assert self._file is not None
+        # Read straight into the answer's memory where its layout is the file's (no second copy of it held).
+        dense = out if out.is_contiguous() else torch.empty(p.shape, dtype=p.dtype)
+        raw = memoryview(dense.reshape(-1).view(torch.uint8).numpy())
+        done = 0
+        while done < p.nbytes:  # pread may return less than asked for, and at most 2 GiB a call
+            n = os.preadv(self._file.fileno(), [raw[done:]], p.offset + done)
+            if n <= 0:
+                raise OSError(f"the answer file ended {p.nbytes - done} bytes early")
+            done += n
+        if dense is not out:
+            out.copy_(dense)
+        return out
