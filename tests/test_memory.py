@@ -145,12 +145,13 @@ def _reference_as_candidate(source: str) -> str:
 
 
 def _dev_split_files() -> list[Path]:
-    """The dev-split files small enough for this machine's CI: the choice is by size and work, the estimate's own
-    inputs, never by name."""
+    """The level-1 and level-2 dev-split files small enough for this machine's CI: the choice is by size and work, the
+    estimate's own inputs, never by name. (Level 3's recurrent networks take 15-55 s each to analyse on meta
+    tensors, too long to even choose from here; the GPU figures in bench/RESULTS.md cover every level.)"""
     if not KERNELBENCH.is_dir():
         return []
     chosen = []
-    for path in sorted(KERNELBENCH.glob("level[123]/*.py")):
+    for path in sorted(KERNELBENCH.glob("level[12]/*.py")):
         try:
             info = load_problem(path).info
         except ProblemError:
@@ -172,5 +173,8 @@ def test_the_estimate_is_within_a_quarter_of_the_measured_peak_on_the_dev_split(
     assert len(reports) == 2, (checked.result.reason, timed.result.reason)
     assert checked.result.correctness is not None and checked.result.correctness.passed, checked.result.reason
     peak = max(r.peak_bytes for r in reports)
-    estimate = working_set_bytes(problem.info, 5, "cpu")
-    assert 0.75 <= estimate / peak <= 1.25, (estimate / MIB, [r.model_dump() for r in reports])
+    # Where the float64 reference needed more than the plan allowed (a CPU convolution unfolds its input in float64),
+    # the job refused it at run time and says so: the estimate to hold is then that of the plan it ran.
+    float64 = "float64 reference unavailable" not in checked.result.details
+    estimate = working_set_bytes(problem.info, 5, "cpu", float64)
+    assert 0.75 <= estimate / peak <= 1.25, (estimate / MIB, float64, [r.model_dump() for r in reports])

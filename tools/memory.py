@@ -123,13 +123,16 @@ class Plan:
         return max(self.phases().values())
 
 
-def make_plan(eager_peak: int, params: int, inputs: int, outputs: int, n_checks: int, device: str) -> Plan:
+def make_plan(
+    eager_peak: int, params: int, inputs: int, outputs: int, n_checks: int, device: str, float64: bool = True
+) -> Plan:
     """The plan of a job with ``n_checks`` checks (0: a baseline, which times the reference alone), its answers in the
     order the worker stores them: the first check's, its float64 deviation, the other checks', the second shape's
     (at most a full set).
 
     The float64 reference runs where its phase fits within ``CAP`` eager peaks (a reduction of one large input to a
-    scalar casts three input sizes' worth; float64 would be the whole job's peak there, for a column of the report).
+    scalar casts three input sizes' worth; float64 would be the whole job's peak there, for a column of the report),
+    and not at all with ``float64`` False (the plan of a job whose float64 run was refused at run time).
     """
     eager_peak = max(eager_peak, params + inputs + outputs)
     checking = n_checks > 0
@@ -139,8 +142,8 @@ def make_plan(eager_peak: int, params: int, inputs: int, outputs: int, n_checks:
         slots = (*answers[:1], outputs, *answers[1:]) if float64 else answers
         return Plan(eager_peak, params, inputs, outputs, slots, FIXED_BYTES[device], float64, device)
 
-    with_float64 = plan(checking)
-    if checking and with_float64.float64_peak() > FIXED_BYTES[device] + CAP * eager_peak:
+    with_float64 = plan(checking and float64)
+    if with_float64.float64 and with_float64.float64_peak() > FIXED_BYTES[device] + CAP * eager_peak:
         return plan(False)
     return with_float64
 

@@ -340,10 +340,13 @@ def load_problem(path: str | Path) -> Problem:
     return Problem(path=path, source=source, module=module, info=info)
 
 
-def working_set_bytes(info: ProblemInfo, n_checks: int = 5, device: str = "cuda") -> int:
-    """The device memory an evaluation of ``info`` needs at its peak: ``tools.memory``'s plan, from the eager peak."""
-    plan = make_plan(info.eager_peak_bytes, info.parameter_bytes, info.input_bytes, info.output_bytes, n_checks, device)
-    return plan.peak
+def working_set_bytes(info: ProblemInfo, n_checks: int = 5, device: str = "cuda", float64: bool = True) -> int:
+    """The device memory an evaluation of ``info`` needs at its peak: ``tools.memory``'s plan, from the eager peak
+    (``float64`` False: the plan of a job that did not run the float64 reference)."""
+    i = info
+    return make_plan(
+        i.eager_peak_bytes, i.parameter_bytes, i.input_bytes, i.output_bytes, n_checks, device, float64
+    ).peak
 
 
 def check_fits(info: ProblemInfo, device: str, available_bytes: int, n_checks: int = 5) -> int:
