@@ -49,6 +49,10 @@ def resolve_problem(arg: str) -> Path:
 # ----------------------------------------------------------------------------------------- output
 
 
+def _bytes(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
 def _fmt(x: float | None, spec: str = ".3g", suffix: str = "") -> str:
     return "—" if x is None else f"{x:{spec}}{suffix}"
 
@@ -113,6 +117,14 @@ def render(evaluation) -> str:
         lines.append(
             f"  roofline     floor {f.floor_ms:.4f} ms, {f.bound}-bound (bytes {f.bytes_ms:.4f} ms, "
             f"flops {f.flops_ms:.4f} ms at {f.rate_name})"
+        )
+    if r.memory:
+        m = r.memory
+        where = "resident" if m.method == "rss" else "allocated"
+        lines.append(
+            f"  memory       peak {_bytes(m.peak_bytes)} {where} ({_fmt(m.ratio, '.2f', '×')} one eager forward's "
+            f"{_bytes(m.eager_peak_bytes)}; plan {_bytes(m.plan_bytes)}) · answers {_bytes(m.answers_on_device_bytes)} "
+            f"on the device, {_bytes(m.answers_parked_bytes)} parked"
         )
     if r.phases:
         phases = " · ".join(f"{k} {v:.2f}s" for k, v in r.phases.items())
