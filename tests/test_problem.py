@@ -351,3 +351,22 @@ def test_problem_makes_equal_models_and_inputs_from_a_seed(tmp_path: Path) -> No
     x1, x2 = problem.make_inputs("cpu", seed=7), problem.make_inputs("cpu", seed=7)
     assert x1[0].equal(x2[0]) and x1[1] == x2[1] == 2
     assert not x1[0].equal(problem.make_inputs("cpu", seed=8)[0])
+
+
+def test_the_metadata_pass_is_done_once_per_source_and_read_back_after(tmp_path: Path) -> None:
+    """Level 3's recurrent networks take up to a minute on meta tensors, and a batch loads a problem three times:
+    the second load of the same source (at any path) reads the first one's record; an edited source is analysed."""
+    from tools.problem import _info_file
+
+    source = (PROBLEMS / "softmax_small.py").read_text()
+    first = tmp_path / "a.py"
+    first.write_text(source)
+    info = load_problem(first).info
+    assert _info_file(info.sha256).is_file()
+    _info_file(info.sha256).write_text(info.model_copy(update={"flops": 12345}).model_dump_json())
+    moved = tmp_path / "b.py"
+    moved.write_text(source)
+    again = load_problem(moved).info
+    assert again.flops == 12345 and again.name == "b" and again.path == str(moved)  # the record, renamed
+    moved.write_text(source.replace("dim=1", "dim=-1"))
+    assert load_problem(moved).info.flops == 0  # an edited source is a new record
