@@ -244,7 +244,7 @@ def memory_cap(device: torch.device, extra: int) -> Iterator[None]:
     if device.type == "cuda":
         torch.cuda.empty_cache()
         total = torch.cuda.get_device_properties(device).total_memory
-        fraction = min(1.0, (torch.cuda.memory_reserved(device) + extra) / total)
+        fraction = min(1.0, max(0.0, (torch.cuda.memory_reserved(device) + extra) / total))
         torch.cuda.set_per_process_memory_fraction(fraction, device)
         try:
             yield
@@ -253,7 +253,7 @@ def memory_cap(device: torch.device, extra: int) -> Iterator[None]:
             torch.cuda.empty_cache()  # an out-of-memory error leaves its half-made blocks cached
         return
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    limit = _rss()["VmSize"] + extra
+    limit = _rss()["VmSize"] + max(0, extra)
     resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
     try:
         yield
