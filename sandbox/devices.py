@@ -2,16 +2,19 @@
 
 A timing job needs its device to itself (a concurrent kernel steals bandwidth and SMs from the timed
 one, a concurrent CPU check steals cores); a correctness check only needs a device, and checks share
-one, unless two of its working sets would not fit the device's memory together (``EvalJob.share_device``:
-two checks of softmax_65536x4096 ran an 80 GB H100 out of memory). A CUDA job goes to one of the pool's
-GPUs (the least busy, as this process sees it, that is free for it), a CPU job to the host's one CPU device.
+one while their working sets fit its memory together: each holds ``EvalJob.device_slots`` of the
+device's ``DEVICE_SLOTS`` shares (tools.device_shares; two checks of softmax_65536x4096 ran an 80 GB H100
+out of memory, as would three mid-sized KernelBench problems). A CUDA job goes to one of the pool's GPUs
+(the least busy, as this process sees it, that is free for it), a CPU job to the host's one CPU device.
 
 Turns are advisory file locks in the shared cache folder, so every kforge process of the host takes
 them together (the problems of a batch, a suite, a `kforge run` started beside them), and a process
 that dies releases its turns with it. Each device has two lock files: a turnstile and the device
 itself. A check passes the turnstile and then holds the device shared; a timing job holds the
 turnstile while it waits for the checks in flight to end and then holds the device exclusively, so a
-stream of checks cannot keep it waiting for good.
+stream of checks cannot keep it waiting for good. A check also holds its shares, one lock file each
+(``<device>.share<i>``), taken without waiting: one that finds too few free looks at the next device
+or tries again shortly.
 
 Which GPU ran a job never changes its verdict, and every speedup is a ratio of two times taken in one
 job on one GPU. Absolute times are only held against the roofline of the GPU model, which is why a
@@ -26,10 +29,11 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 import structlog
 
+from tools.device_shares import DEVICE_SLOTS
 from tools.errors import ConfigError, EnvironmentProblem
 from tools.paths import cache_dir, open_flock
 
@@ -57,6 +61,10 @@ class DeviceTurns:
         lock_dir.mkdir(parents=True, exist_ok=True)
         self._turnstile = {d: lock_dir / f"{_lock_name(n)}.turn" for d, n in zip(self.devices, names, strict=True)}
         self._device = {d: lock_dir / f"{_lock_name(n)}.lock" for d, n in zip(self.devices, names, strict=True)}
+        self._shares = {
+            d: [lock_dir / f"{_lock_name(n)}.share{i}" for i in range(DEVICE_SLOTS)]
+            for d, n in zip(self.devices, names, strict=True)
+        }
         self._busy = dict.fromkeys(self.devices, 0)  # this process's holds, to spread its own jobs
         self._mutex = threading.Lock()
 
@@ -74,9 +82,29 @@ class DeviceTurns:
             with self._mutex:
                 self._busy[device] -= 1
 
+    def _take_shares(self, device: str, slots: int) -> list[IO[str]] | None:
+        """``slots`` of the device's free shares, held (their lock handles), or None if fewer are free."""
+        taken: list[IO[str]] = []
+        for path in self._shares[device]:
+            if len(taken) == slots:
+                break
+            handle = open_flock(path, fcntl.LOCK_EX, blocking=False)
+            if handle is not None:
+                taken.append(handle)
+        if len(taken) == slots:
+            return taken
+        for handle in taken:
+            handle.close()
+        return None
+
     @contextlib.contextmanager
-    def hold(self, exclusive: bool) -> Iterator[str]:
-        """Wait for a device that is free for this job, hold it while the block runs, yield its name."""
+    def hold(self, exclusive: bool, slots: int = 1) -> Iterator[str]:
+        """Wait for a device that is free for this job, hold it while the block runs, yield its name.
+
+        A check (``exclusive`` False) holds ``slots`` of the device's shares of memory besides the device.
+        """
+        if not 1 <= slots <= DEVICE_SLOTS:
+            raise ConfigError(f"a check holds 1 to {DEVICE_SLOTS} shares of a device, not {slots}")
         since = time.perf_counter()
         while True:
             # A timing job first looks for a device with no check in flight, and only then waits on one.
@@ -97,13 +125,21 @@ class DeviceTurns:
                 if held is None:  # checks are in flight on it: look further before waiting
                     turn.close()
                     continue
+                shares: list[IO[str]] = []
                 if not exclusive:
                     turn.close()  # let the next check through while this one runs
+                    taken = self._take_shares(device, slots)
+                    if taken is None:  # other checks hold too much of its memory
+                        held.close()
+                        continue
+                    shares = taken
                 try:
                     with self._count(device):
                         self._log_wait(device, exclusive, since)
                         yield device
                 finally:
+                    for handle in shares:
+                        handle.close()
                     held.close()
                     if exclusive:
                         turn.close()
@@ -166,5 +202,5 @@ class HostDevices:
     def turn(self, job: AnyJob) -> Iterator[VisibleGpu | None]:
         """Hold a device for ``job`` (alone if it needs it alone); yield its GPU, None for the CPU."""
         turns, gpus = self._pool(job.device)
-        with turns.hold(exclusive=job.alone) as device:
+        with turns.hold(exclusive=job.alone, slots=job.device_slots) as device:
             yield gpus.get(device)

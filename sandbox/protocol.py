@@ -13,6 +13,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from tools.compile import CompileReport
+from tools.device_shares import DEVICE_SLOTS
 from tools.ncu import ProfileReport
 
 Device = Literal["cuda", "cpu"]
@@ -90,10 +91,12 @@ class EvalJob(ProblemJob):
     time_candidate: bool = Field(True, description="False: correctness only")
     arch: str | None = Field(None, description="NVRTC arch for the compile pre-check; None: the device's")
     timeout_s: float = Field(600.0, gt=0)
-    share_device: bool = Field(
-        True,
-        description="a check (correctness only) may share its device with other checks; False where two of its "
-        "working sets would not fit the device's memory together",
+    device_slots: int = Field(
+        1,
+        ge=1,
+        le=DEVICE_SLOTS,
+        description=f"the shares of its device's memory a check (correctness only) holds while it runs, out of "
+        f"{DEVICE_SLOTS}: checks share a device while their shares add up to no more; {DEVICE_SLOTS}: it runs alone",
     )
 
     @property
@@ -104,7 +107,7 @@ class EvalJob(ProblemJob):
     @property
     def alone(self) -> bool:
         """Does the job need its device to itself: it times something, or its memory leaves no room for another?"""
-        return self.timed or not self.share_device
+        return self.timed or self.device_slots >= DEVICE_SLOTS
 
 
 class CeilingsJob(BaseModel):
@@ -116,6 +119,7 @@ class CeilingsJob(BaseModel):
     timeout_s: float = Field(300.0, gt=0)
     timed: ClassVar[bool] = True  # it measures the device
     alone: ClassVar[bool] = True  # its device to itself
+    device_slots: ClassVar[int] = DEVICE_SLOTS
 
 
 class ProfileJob(ProblemJob):
@@ -133,6 +137,7 @@ class ProfileJob(ProblemJob):
     timeout_s: float = Field(900.0, gt=0)
     timed: ClassVar[bool] = True  # counters are per device: another job's kernels would land in them
     alone: ClassVar[bool] = True
+    device_slots: ClassVar[int] = DEVICE_SLOTS
 
     @model_validator(mode="after")
     def _candidate_given(self) -> ProfileJob:

@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import random
 import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -153,10 +154,11 @@ def test_a_pool_needs_a_device() -> None:
         DeviceTurns([], Path("/tmp"))
 
 
-def _hold_cpu_for(seconds: float, flag: str, exclusive: bool = True) -> None:
+def _hold_cpu_for(seconds: float, flag: str, exclusive: bool = True, slots: int = 1) -> None:
     from tools.paths import cache_dir  # $KFORGE_CACHE_DIR is this test session's, as for the sandbox
 
-    with DeviceTurns(["cpu"], cache_dir("locks")).hold(exclusive=exclusive):  # a timing job, or a check in flight
+    # A timing job, or a check in flight holding ``slots`` of the device's shares.
+    with DeviceTurns(["cpu"], cache_dir("locks")).hold(exclusive=exclusive, slots=slots):
         Path(flag).touch()
         time.sleep(seconds)
 
@@ -176,7 +178,7 @@ def _cpu_check_job() -> EvalJob:
     )
 
 
-def _run_while_held(job: EvalJob, tmp_path: Path, exclusive: bool) -> tuple[JobResult, list[dict]]:
+def _run_while_held(job: EvalJob, tmp_path: Path, exclusive: bool, slots: int = 1) -> tuple[JobResult, list[dict]]:
     """Run ``job`` on the local backend while another process holds the CPU for 2 s; its result and turn waits."""
     from structlog.testing import capture_logs
 
@@ -184,7 +186,7 @@ def _run_while_held(job: EvalJob, tmp_path: Path, exclusive: bool) -> tuple[JobR
     from sandbox.local import LocalSandbox
 
     flag = tmp_path / "holding"
-    holder = multiprocessing.get_context("spawn").Process(target=_hold_cpu_for, args=(2.0, str(flag), exclusive))
+    holder = multiprocessing.get_context("spawn").Process(target=_hold_cpu_for, args=(2.0, str(flag), exclusive, slots))
     holder.start()
     try:
         _wait_for(flag)
@@ -202,19 +204,46 @@ def test_the_local_backend_waits_for_its_turn_on_the_device(tmp_path: Path) -> N
     assert waited["device"] == "cpu" and not waited["exclusive"] and waited["waited_s"] >= 1.0
 
 
-@pytest.mark.parametrize("share", [True, False])
-def test_a_check_shares_its_device_with_another_unless_their_memory_would_not_fit(tmp_path: Path, share: bool) -> None:
-    job = _cpu_check_job().model_copy(update={"share_device": share})
-    assert job.alone is not share
-    _, waits = _run_while_held(job, tmp_path, exclusive=False)  # another check in flight
-    if share:
+@pytest.mark.parametrize("slots", [1, 2, 3, 4])
+def test_checks_share_a_device_while_their_shares_of_its_memory_add_up(tmp_path: Path, slots: int) -> None:
+    job = _cpu_check_job().model_copy(update={"device_slots": slots})
+    assert job.alone is (slots == 4)
+    _, waits = _run_while_held(job, tmp_path, exclusive=False, slots=2)  # a check holding half the device
+    if slots <= 2:
         assert waits == []
     else:
-        (waited,) = waits
-        assert waited["exclusive"] and waited["waited_s"] >= 1.0
+        (waited,) = waits  # until the other check ends: alone (4) or beside it, out of its shares (3)
+        assert waited["exclusive"] is (slots == 4) and waited["waited_s"] >= 1.0
 
 
-def test_evaluate_lets_a_check_share_its_device_only_where_two_working_sets_fit(tmp_path: Path) -> None:
+def test_a_check_asks_for_one_to_all_of_a_devices_shares(tmp_path: Path) -> None:
+    for slots in (0, 5):
+        with pytest.raises(ConfigError, match="1 to 4 shares"), DeviceTurns(["0"], tmp_path).hold(False, slots):
+            pass
+
+
+def test_shares_held_by_checks_never_exceed_the_device(tmp_path: Path) -> None:
+    turns = DeviceTurns(["0"], tmp_path)
+    held = 0
+    most = 0
+    mutex = threading.Lock()
+
+    def check(slots: int) -> None:
+        nonlocal held, most
+        with turns.hold(False, slots):
+            with mutex:
+                held += slots
+                most = max(most, held)
+            time.sleep(0.05)
+            with mutex:
+                held -= slots
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(check, [1, 2, 3, 1, 2, 3, 1, 2] * 3))
+    assert most <= 4 and most >= 3  # never over, and checks did run side by side
+
+
+def test_evaluate_gives_a_check_the_shares_of_the_device_its_working_set_needs(tmp_path: Path) -> None:
     from sandbox.config import LocalSandboxConfig
     from sandbox.local import LocalSandbox
     from sandbox.protocol import AnyJob
@@ -235,7 +264,7 @@ def test_evaluate_lets_a_check_share_its_device_only_where_two_working_sets_fit(
     # Answers beyond the plan's allowance wait off the device: more checks need no more of its memory.
     assert working_set_bytes(problem.info, n_checks=5, device="cpu") == need > 2 * one_set
     sandbox = Recording(LocalSandboxConfig(prefork=False))
-    for available, shares in ((2 * need, True), (2 * need - 1, False)):
+    for available, slots in ((4 * need, 1), (4 * need - 1, 2), (need, 4)):
         ev = evaluate(
             problem,
             (CANDIDATES / "softmax_cpu.py").read_text(),
@@ -247,7 +276,7 @@ def test_evaluate_lets_a_check_share_its_device_only_where_two_working_sets_fit(
             time_candidate=False,
         )
         assert ev.result.status == "ok", ev.result.reason
-        assert sandbox.jobs[-1].share_device is shares
+        assert sandbox.jobs[-1].device_slots == slots
 
 
 def _hold_cpu_until(flag: str, release: str) -> None:

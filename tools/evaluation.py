@@ -26,6 +26,7 @@ from sandbox.protocol import (
     TimingReport,
 )
 from tools.checks import blocking, static_findings
+from tools.device_shares import slots_for
 from tools.errors import CandidateError, EnvironmentProblem
 from tools.problem import Problem, check_fits
 from tools.roofline import Floor, cached_ceilings, floor, percent_of_roofline, store_ceilings
@@ -195,7 +196,7 @@ def evaluate(
         timing=timing or TimingConfig(),
         timeout_s=timeout_s,
         time_candidate=time_candidate,
-        share_device=2 * working_set <= available_bytes,
+        device_slots=slots_for(working_set, available_bytes),
     )
     bound = log.bind(job_id=job.job_id, problem=problem.name, candidate=candidate_name)
     bound.info("evaluate_start", device=device, policy=policy)
