@@ -428,17 +428,42 @@ def watch_call(
 # ------------------------------------------------------------------------------------- poisoning
 
 
+_SMALL_POOL = 1 << 20  # the CUDA caching allocator serves requests up to 1 MiB from a pool of its own
+
+
+def _unserved(free: list[int], wanted: list[int]) -> list[int]:
+    """The sizes in ``wanted`` that no block of ``free`` can hold, each free block serving one (smallest first)."""
+    left = sorted(f for f in free if f > _SMALL_POOL)
+    missing = []
+    for size in sorted(wanted, reverse=True):
+        fit = next((i for i, f in enumerate(left) if f >= size), None) if size > _SMALL_POOL else None
+        if fit is None:
+            missing.append(size)
+        else:
+            del left[fit]
+    return missing
+
+
 def _fill_free_memory(device: torch.device, like: list[torch.Tensor], fill: Callable[[torch.Tensor], None]) -> None:
     """Take the allocator's free memory, ``fill`` each block (a float32 tensor), and give it back.
 
     On CUDA every inactive block of the caching allocator is taken (biggest first, so each request
-    fits one block); on the CPU, and on CUDA too, blocks the size of each output are.
+    fits one block), and a block the size of each output that no inactive block could hold: that
+    output would come from memory the allocator has yet to take from the driver, which may hold this
+    process's earlier values. Outputs an inactive block can hold need no block of their own, so the
+    memory the process holds stays what its calls need (a block per output on every call grew it by
+    one output a call: 12 outputs, 78 GB, after a dozen checks of a 6 GB output). On the CPU,
+    blocks the size of each output are taken.
     """
-    sizes: list[int] = []
+    sizes = [t.numel() * t.element_size() for t in like]
     if device.type == "cuda":
-        for segment in torch.cuda.memory_snapshot():
-            sizes += [b["size"] for b in segment.get("blocks", []) if b.get("state") == "inactive"]
-    sizes += [t.numel() * t.element_size() for t in like]
+        free = [
+            b["size"]
+            for segment in torch.cuda.memory_snapshot()
+            for b in segment.get("blocks", [])
+            if b.get("state") == "inactive"
+        ]
+        sizes = free + _unserved(free, sizes)
     held = []
     with torch.no_grad():
         for size in sorted(sizes, reverse=True):
