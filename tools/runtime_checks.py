@@ -386,6 +386,8 @@ def watch_call(
     """
     stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
     out = fn(*args)
+    # Seen at once: a thread that writes the output and ends before the wait below is still a thread.
+    started = [t for t in _python_threads() - harness_threads if t.is_alive()]
     outs = flatten_outputs(out)
     found = plain_outputs(outs)
     if found:
@@ -406,7 +408,7 @@ def watch_call(
         final = fingerprints(tensors, chunk)
     late = [i for i, (s, f) in enumerate(zip(snapshot, final, strict=True)) if s != f]
     if late:
-        where = "another stream" if device.type == "cuda" and not new_threads else "another thread"
+        where = "another stream" if device.type == "cuda" and not (started or new_threads) else "another thread"
         found.append(
             finding(
                 THREAD if where == "another thread" else SIDE_STREAM,
@@ -444,6 +446,30 @@ def _unserved(free: list[int], wanted: list[int]) -> list[int]:
     return missing
 
 
+def _inactive_blocks() -> tuple[list[int], list[int]]:
+    """Requests that take each inactive block of the CUDA caching allocator: (large pool, small pool).
+
+    A request is served from the pool its size belongs to, so a free block of the small pool larger than 1 MiB (a
+    whole 2 MiB segment) is asked for 1 MiB at a time: asked for whole, it would come from a new large segment, and
+    the process would hold one more segment after every call.
+    """
+    large: list[int] = []
+    small: list[int] = []
+    for segment in torch.cuda.memory_snapshot():
+        for block in segment.get("blocks", []):
+            if block.get("state") != "inactive":
+                continue
+            if segment.get("segment_type") != "small":
+                large.append(block["size"])
+                continue
+            size = block["size"]
+            while size > _SMALL_POOL:
+                small.append(_SMALL_POOL)
+                size -= _SMALL_POOL
+            small.append(size)
+    return large, small
+
+
 def _fill_free_memory(device: torch.device, like: list[torch.Tensor], fill: Callable[[torch.Tensor], None]) -> None:
     """Take the allocator's free memory, ``fill`` each block (a float32 tensor), and give it back.
 
@@ -457,13 +483,8 @@ def _fill_free_memory(device: torch.device, like: list[torch.Tensor], fill: Call
     """
     sizes = [t.numel() * t.element_size() for t in like]
     if device.type == "cuda":
-        free = [
-            b["size"]
-            for segment in torch.cuda.memory_snapshot()
-            for b in segment.get("blocks", [])
-            if b.get("state") == "inactive"
-        ]
-        sizes = free + _unserved(free, sizes)
+        large, small = _inactive_blocks()
+        sizes = large + small + _unserved(large, sizes)
     held = []
     with torch.no_grad():
         for size in sorted(sizes, reverse=True):
