@@ -3,11 +3,12 @@
     python bench/checks_dynamic.py --device cpu|cuda [--json OUT]
 
 Each evaluation is the real one (``tools.evaluation.evaluate`` in a sandboxed worker: static and
-dynamic anti-cheat checks, correctness, timing). A fixture counts as caught when it is not accepted
-and its trick is named; the table says which half named it. Legitimate kernels: the hand-written
-candidates for the device and the builtin team's first-round candidates (``agents.builtin.seeds``) for each
-small problem; any of them not accepted is a false rejection. Fixtures that need CUDA are skipped
-on the CPU.
+dynamic anti-cheat checks, correctness, timing), except that a candidate the static checks reject still runs
+(``static_precheck=False``), so that the dynamic half is counted on every fixture. A fixture counts as
+caught when it is not accepted and its trick is named; the table says which half named it. Legitimate
+kernels: the hand-written candidates for the device and the builtin team's first-round candidates
+(``agents.builtin.seeds``) for each small problem; any of them not accepted is a false rejection. Fixtures
+that need CUDA are skipped on the CPU.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def judge(problem, source: str, name: str, device: str, policy: str, sandbox: Lo
         timing=QUICK,
         timeout_s=300,
         with_roofline=False,
+        static_precheck=False,  # the dynamic half is what this counts: run what the static checks reject too
     )
     static = {f.trick for f in blocking(static_findings(source, problem.info), policy)}
     dynamic = {f.trick for f in ev.result.findings if f.blocking}

@@ -26,7 +26,8 @@ STATUS_MEANING: dict[str, str] = {
     "compile_error": "a kernel did not compile (NVRTC, C compiler or load_inline)",
     "runtime_error": "an exception while building or running the model (CUDA error, out of memory, ...)",
     "incorrect": "ran, but an output differs from the reference beyond the tolerance, or inputs were mutated",
-    "rejected": "an anti-cheat check caught a trick while it ran (the reason names it); it is never timed",
+    "rejected": "an anti-cheat check caught a trick, in its source (then nothing of it ran) or while it ran "
+    "(the reason names it); it is never timed",
     "timeout": "the job ran past its wall-clock limit and was killed",
     "crashed": "the worker died without a valid verdict (segfault, exit, tampered result channel)",
 }

@@ -156,9 +156,10 @@ def test_the_heavy_op_depends_on_the_problem() -> None:
 def test_the_critic_rejects_a_cheat_and_names_the_trick() -> None:
     ctx = SimpleNamespace(problem=SimpleNamespace(info=info("softmax")), settings=SimpleNamespace(policy="relaxed"))
     base = {"id": "c1-0", "status": "ok", "reason": "correct", "speedup_vs_best": 3.0}
-    source = (FIXTURES / "cheats" / "thread_background.py").read_text()
-    verdict, reason = Critic().judge({**base, "source": source}, ctx)  # type: ignore[arg-type]
-    assert verdict == "rejected" and reason.startswith("anti-cheat: thread at line 3:"), reason
+    background = FIXTURES / "cheats" / "thread_background.py"
+    verdict, reason = Critic().judge({**base, "source": background.read_text()}, ctx)  # type: ignore[arg-type]
+    # The line that starts the thread: importing threading alone starts nothing.
+    assert verdict == "rejected" and reason.startswith(f"anti-cheat: thread at line {expected(background)[1]}:"), reason
     clean = (CANDIDATES / "softmax_cpu.py").read_text()
     assert Critic().judge({**base, "source": clean}, ctx)[0] == "accepted"  # type: ignore[arg-type]
     half = (FIXTURES / "cheats" / "precision_downgrade_half.py").read_text()

@@ -244,9 +244,10 @@ def test_eval_rejects_an_anti_cheat_finding_even_when_the_answer_is_right(kforge
     proc = kforge(kforge_cache, "eval", "problems/softmax_small.py", str(cheat), *FAST, "--json")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     evaluation = as_json(proc)
-    # It computes the right answer, by calling softmax itself: the source shows it, and so does the run.
-    assert evaluation["result"]["status"] == "rejected"
-    assert evaluation["result"]["reason"].startswith("reference_op: executed aten._softmax")
+    # It computes the right answer, by calling softmax itself: the source shows it, so it is rejected without
+    # running (the worker catching it too is tests/test_runtime_checks.py's).
+    assert evaluation["result"]["status"] == "rejected" and evaluation["rejected_unrun"]
+    assert evaluation["result"]["reason"].startswith("reference_op: ")
     assert evaluation["anti_cheat"] and evaluation["anti_cheat"][0].startswith("reference_op at line")
 
 

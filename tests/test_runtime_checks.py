@@ -2,9 +2,10 @@
 
 Each fixture in ``tests/fixtures/cheats/`` is a ``ModelNew`` for ``problems/softmax_small.py`` whose
 docstring names its trick. Here it runs in a real sandboxed worker through ``tools.evaluation.evaluate``
-(static and dynamic checks together); the worker alone (its ``findings``) must name the trick too,
-except for the few tricks only the source shows (``SOURCE_ONLY``, each with the reason). Fixtures that
-use CUDA run under the ``gpu`` marker, on the GPU.
+with ``static_precheck=False``: the static checks would reject most fixtures before anything ran, and what is
+under test here is that the worker catches them too. Static and dynamic findings together reject it; the
+worker alone (its ``findings``) must name the trick too, except for the few tricks only the source shows
+(``SOURCE_ONLY``, each with the reason). Fixtures that use CUDA run under the ``gpu`` marker, on the GPU.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ def run(path: Path, device: str, problem: str = "softmax_small.py", policy: str 
         timing=QUICK,
         timeout_s=120,
         with_roofline=False,
+        static_precheck=False,  # run it anyway: the worker's own checks are under test
     )
 
 

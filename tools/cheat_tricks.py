@@ -68,6 +68,14 @@ def blocking(findings: list[Finding], policy: str) -> list[Finding]:
 # ----------------------------------------------------------------------------------- what is flagged
 
 THREAD_MODULES = ("threading", "_thread", "concurrent", "multiprocessing", "asyncio", "subprocess")
+# What of threading starts no thread: its locks and other synchronisation primitives, and queries. A candidate may
+# import threading for these (a Lock around a kernel built on first use); any other name of it (Thread, Timer,
+# _start_new_thread, current_thread().__class__ ...) and anything of the other THREAD_MODULES is flagged.
+THREAD_SAFE_NAMES = frozenset(
+    f"threading.{name}"
+    for name in ("Lock", "RLock", "Condition", "Semaphore", "BoundedSemaphore", "Event", "Barrier",
+                 "BrokenBarrierError", "local", "get_ident", "get_native_id", "active_count", "TIMEOUT_MAX")
+)  # fmt: skip
 THREAD_CALLS = {
     "os.fork",
     "os.forkpty",
@@ -191,6 +199,9 @@ C_LOW_PRECISION = {
 C_SOURCE = re.compile(r'__global__|#include|extern\s+"C"|#define|#pragma|\bvoid\s+\w+\s*\(')
 C_FAST_MATH = re.compile(r"-?-use_fast_math")
 FORGERY_STRINGS = re.compile(r"KFRG\d?|result[-_]fd|/proc/self/fd|/dev/fd|/proc/\d+/fd")
+# A printed verdict-like record: a "status" key of a JSON text ('{"status": "ok"}'). A message that merely says the
+# word ("status: non-finite output") is a debug line, not a record any reader could take for a verdict.
+STATUS_KEY = re.compile(r"""["']status["']\s*:""")
 
 # The reference's heavy ops: the aten base name -> every Python spelling that computes it.
 HEAVY_OPS: dict[str, set[str]] = {

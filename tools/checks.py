@@ -54,10 +54,12 @@ from tools.cheat_tricks import (
     REFERENCE_OP,
     RESULT_CACHE,
     SIDE_STREAM,
+    STATUS_KEY,
     STREAM_CALLS,
     THREAD,
     THREAD_CALLS,
     THREAD_MODULES,
+    THREAD_SAFE_NAMES,
     TIMER_PATCH,
     TIMER_WORDS,
     TORCH_OP_NAMESPACES,
@@ -68,11 +70,26 @@ from tools.cheat_tricks import (
     heavy_names,
     library_family,
 )
+from tools.module_routes import GATEWAY_MODULES, canonical, gateway_route, import_call, namespace_read
 
 if TYPE_CHECKING:
     from tools.problem import ProblemInfo
 
 __all__ = ["TRICKS", "Finding", "blocking", "static_findings"]
+
+
+def thread_route(name: str) -> bool:
+    """Whether the dotted ``name`` starts work on another thread or process (or may: a module of them)."""
+    # The module itself is followed name by name, and its locks start nothing. Only the exact names: a link past
+    # one (threading.Lock.__self__ is the _thread module) is flagged with the rest.
+    if name == "threading" or name in THREAD_SAFE_NAMES:
+        return False
+    return (
+        name in THREAD_CALLS
+        or name.split(".")[0] in THREAD_MODULES
+        or name == "torch.multiprocessing"
+        or name.startswith("torch.multiprocessing.")
+    )
 
 
 # ----------------------------------------------------------------------------------------- analysis
@@ -90,6 +107,7 @@ class _Checker(ast.NodeVisitor):
         self.module_containers: set[str] = set()  # module-level names bound to dicts/lists/None
         self.function_stack: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
         self.module_names: set[str] = set()  # names bound at module level (C libraries, kernels, constants)
+        self.alias_values: set[int] = set()  # ids of values assigned to a plain name and followed as its alias
 
     # ---- helpers
 
@@ -103,11 +121,9 @@ class _Checker(ast.NodeVisitor):
         while isinstance(node, ast.Attribute):
             parts.append(node.attr)
             node = node.value
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "__import__":
-            if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
-                parts.append(node.args[0].value)
-                return ".".join(reversed(parts))
-            return None
+        if isinstance(node, ast.Call):  # __import__("os").sys, importlib.import_module("os").sys ...
+            returned = import_call(node, self.callee(node.func))[2]
+            return ".".join([returned, *reversed(parts)]) if returned else None
         if not isinstance(node, ast.Name):
             return None
         root = self.aliases.get(node.id)
@@ -116,6 +132,13 @@ class _Checker(ast.NodeVisitor):
         parts.append(root)
         return ".".join(reversed(parts))
 
+    def callee(self, func: ast.AST) -> str | None:
+        """The called function's dotted name, module links followed; a bare builtin as ``builtins.NAME``."""
+        if isinstance(func, ast.Name) and func.id not in self.aliases:
+            return f"builtins.{func.id}"
+        name = self.dotted(func)
+        return canonical(name) if name else None
+
     def in_forward(self) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
         for f in reversed(self.function_stack):
             if f.name in ("forward", "__call__"):
@@ -123,8 +146,7 @@ class _Checker(ast.NodeVisitor):
         return None
 
     def check_module_name(self, name: str, node: ast.AST) -> None:
-        top = name.split(".")[0]
-        if top in THREAD_MODULES or name.startswith("torch.multiprocessing") or name == "multiprocessing":
+        if thread_route(name):
             self.add(THREAD, node, f"imports {name}: work on another thread or process escapes the timer")
         for m in FRAME_MODULES:
             if name == m or name.startswith(m + "."):
@@ -133,12 +155,27 @@ class _Checker(ast.NodeVisitor):
             self.add(FRAME_INSPECTION, node, f"imports the harness module {name}")
 
     def check_name(self, name: str, node: ast.AST) -> None:
-        """Rules on a resolved dotted name, wherever it appears (called, passed, assigned)."""
+        """Rules on a resolved dotted name, wherever it appears (called, passed, assigned), as written and with
+        its module links followed (``os.sys.modules`` is ``sys.modules``: tools.module_routes)."""
+        real = canonical(name)
+        via = gateway_route(name)
+        if via is not None:
+            self.add(FRAME_INSPECTION, node, f"reaches the {via} module through {name}: the checks follow modules by "
+                     "their own import only")  # fmt: skip
+        if (module := namespace_read(name)) is not None:
+            self.add(FRAME_INSPECTION, node, f"reads the namespace of module {module} ({name}) by computed keys")
+        for link in name.split(".")[1:-1]:  # the last link is the node's own attribute: visit_Attribute reads it
+            if link in FRAME_ATTRS:
+                self.add(FRAME_INSPECTION, node, f"reads .{link} in {name}, which reaches other frames or objects")
+        for spelling in dict.fromkeys((name, real)):
+            self.check_spelling(spelling, node)
+
+    def check_spelling(self, name: str, node: ast.AST) -> None:
         if name.split(".")[-1] in L2_CALL_NAMES:
             self.add(L2_PERSISTENCE, node, f"uses {name}: data kept hot in L2 survives the cache flush")
         if name in STREAM_CALLS:
             self.add(SIDE_STREAM, node, f"uses {name}: work on a stream other than the current one escapes the timer")
-        if name in THREAD_CALLS or name.startswith(tuple(m + "." for m in (*THREAD_MODULES, "torch.multiprocessing"))):
+        if thread_route(name):
             self.add(THREAD, node, f"uses {name}: work on another thread or process escapes the timer")
         if name in FRAME_NAMES or name.startswith(("inspect.", "gc.", *(n + "." for n in FRAME_NAMES))):
             self.add(FRAME_INSPECTION, node, f"uses {name}, which can read the harness's frames or objects")
@@ -188,6 +225,10 @@ class _Checker(ast.NodeVisitor):
             elif a.name != "*":
                 self.check_module_name(full, node)
                 self.check_name(full, node)
+            elif mod == "threading":  # binds Thread and Timer under names no alias records
+                self.add(THREAD, node, "imports every name of threading, Thread among them")
+            elif mod.split(".")[0] in GATEWAY_MODULES:  # from sys import *: a bare `modules`
+                self.add(FRAME_INSPECTION, node, f"imports every name of {mod}")
         self.generic_visit(node)
 
     # ---- names and attributes
@@ -203,6 +244,8 @@ class _Checker(ast.NodeVisitor):
         if node.attr in ("as_subclass", "_make_subclass", "_make_wrapper_subclass"):
             self.add(LAZY_TENSOR, node, f"uses .{node.attr}(): a tensor subclass can compute lazily")
         if name is None:
+            if node.attr in GATEWAY_MODULES:  # m.sys where m is a module the checks lost track of ([os][0], f())
+                self.add(FRAME_INSPECTION, node, f"reads an attribute named {node.attr}, the module's name")
             self.generic_visit(node)
         else:  # a resolved chain: its inner links (cupy.cuda.Stream of ...Stream.from_external) are not uses
             base = node.value
@@ -221,7 +264,23 @@ class _Checker(ast.NodeVisitor):
                 self.add(REFERENCE_INHERITANCE, node, "uses the problem's Model")
             if node.id in ("__builtins__", "__loader__", "__spec__"):
                 self.add(FRAME_INSPECTION, node, f"reads {node.id}")
+            self.check_bare_module(node)
         self.generic_visit(node)
+
+    def check_bare_module(self, node: ast.Name) -> None:
+        """A gateway module, or threading, used as a value (passed, stored, returned): the checks read their
+        attributes by name only, and a module handed on is used under names they cannot follow."""
+        if self.tracked(node):
+            return
+        module = canonical(self.aliases[node.id]) if node.id in self.aliases else None
+        if module in GATEWAY_MODULES:
+            self.add(FRAME_INSPECTION, node, f"passes the {module} module around as a value")
+        elif module == "threading":
+            self.add(THREAD, node, "passes the threading module around as a value: its Thread escapes the checks")
+
+    def tracked(self, node: ast.AST) -> bool:
+        """Whether ``node`` is the value of a plain ``name = value``, which visit_Assign follows as an alias."""
+        return id(node) in self.alias_values
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
         if isinstance(node.op, ast.MatMult) and "matmul" in self.heavy:
@@ -270,23 +329,18 @@ class _Checker(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         name = self.dotted(func)
-        fname = func.id if isinstance(func, ast.Name) else None
-        if fname in DYNAMIC_BUILTINS and fname not in self.aliases:
-            arg = node.args[0] if node.args else None
-            literal = isinstance(arg, ast.Constant) and isinstance(arg.value, str)
-            if fname == "__import__" and literal:
-                self.check_module_name(arg.value, node)  # type: ignore[union-attr]
-            else:
-                self.add(DYNAMIC_CODE, node, f"calls {fname}(): code the checks cannot read")
-        if fname in FRAME_BUILTINS and fname not in self.aliases and node.args:
+        callee = self.callee(func)
+        # A builtin however it is spelled: print, builtins.print, `from builtins import print as p`.
+        builtin = callee is not None and callee.startswith("builtins.") and callee.count(".") == 1
+        fname = callee.removeprefix("builtins.") if builtin else None  # type: ignore[union-attr]
+        is_import, imported, _ = import_call(node, callee)
+        if is_import:
+            self.check_import_call(imported, callee, node)
+        elif fname in DYNAMIC_BUILTINS:
+            self.add(DYNAMIC_CODE, node, f"calls {fname}(): code the checks cannot read")
+        if fname in FRAME_BUILTINS and node.args:
             self.add(FRAME_INSPECTION, node, f"calls {fname}() on another object")
-        if name in ("importlib.import_module", "importlib.__import__"):
-            arg = node.args[0] if node.args else None
-            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-                self.check_module_name(arg.value, node)
-            else:
-                self.add(DYNAMIC_CODE, node, "imports a module whose name the checks cannot read")
-        if fname in ("getattr", "setattr", "delattr", "hasattr") and fname not in self.aliases and node.args:
+        if fname in ("getattr", "setattr", "delattr", "hasattr") and node.args:
             target = self.dotted(node.args[0])
             attr = node.args[1] if len(node.args) > 1 else None
             literal = isinstance(attr, ast.Constant) and isinstance(attr.value, str)
@@ -299,6 +353,9 @@ class _Checker(ast.NodeVisitor):
                     self.add(DYNAMIC_CODE, node, f"getattr on {target} with a computed name")
                 if fname in ("setattr", "delattr") and target.split(".")[0] in PATCHED_ROOTS:
                     self.patched(target + (f".{attr.value}" if literal else ""), node)  # type: ignore[union-attr]
+            elif literal and attr.value in GATEWAY_MODULES:  # type: ignore[union-attr]
+                # getattr(m, "sys") where m is a module the checks lost track of
+                self.add(FRAME_INSPECTION, node, f"reads an attribute named {attr.value}, the module's name")  # type: ignore[union-attr]
         if (
             isinstance(func, ast.Attribute)
             and func.attr in self.heavy
@@ -315,16 +372,16 @@ class _Checker(ast.NodeVisitor):
             for s in ast.walk(a)
         ):
             self.add(FRAME_INSPECTION, node, "reads a Python object's memory through ctypes and id()")
-        if fname == "open" and fname not in self.aliases and node.args:
+        if fname == "open" and node.args:
             arg = node.args[0]
             if isinstance(arg, ast.Constant) and isinstance(arg.value, int):
                 self.add(VERDICT_FORGERY, node, f"opens file descriptor {arg.value}: can forge the verdict")
         if isinstance(func, ast.Attribute) and func.attr in ("write", "writelines"):
             base = self.dotted(func.value)
             streams = ("sys.stdout", "sys.stderr", "sys.__stdout__", "sys.__stderr__")
-            if base and base.startswith(streams) and self.mentions_status(node):
+            if base and canonical(base).startswith(streams) and self.verdict_record(node):
                 self.add(VERDICT_FORGERY, node, f"writes a verdict-like record to {base}")
-        if fname == "print" and self.mentions_status(node):
+        if fname == "print" and self.verdict_record(node):
             self.add(VERDICT_FORGERY, node, "prints a verdict-like record")
         if isinstance(func, ast.Attribute) and func.attr in PRECISION_METHODS:
             dtype = PRECISION_METHODS[func.attr]
@@ -341,9 +398,28 @@ class _Checker(ast.NodeVisitor):
         self.check_cache_call(node)
         self.generic_visit(node)
 
-    def mentions_status(self, node: ast.Call) -> bool:
+    def check_import_call(self, imported: str | None, callee: str | None, node: ast.Call) -> None:
+        """An import by a call: its module is checked as an import statement's would be; a gateway module so
+        imported is a route (its value goes where alias tracking may not follow); a computed name is unreadable."""
+        if imported is None:
+            self.add(DYNAMIC_CODE, node, f"calls {callee}() with a module name the checks cannot read")
+            return
+        self.check_module_name(imported, node)
+        self.check_name(imported, node)
+        if imported.split(".")[0] in GATEWAY_MODULES:
+            self.add(FRAME_INSPECTION, node, f"imports {imported} through {callee}() instead of an import statement")
+        elif imported == "threading":  # threading is allowed for its locks only where its names can be read
+            self.add(THREAD, node, f"imports threading through {callee}() instead of an import statement")
+
+    def verdict_record(self, node: ast.Call) -> bool:
+        """Whether a printed or written value is a verdict-like record: a dict with a "status" key (a display,
+        ``dict(status=...)``), or text holding a JSON "status" key. Words alone are a message, not a record."""
         for sub in ast.walk(node):
-            if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and re.search(r"\"?status\"?", sub.value):
+            if isinstance(sub, ast.Dict) and any(isinstance(k, ast.Constant) and k.value == "status" for k in sub.keys):
+                return True
+            if isinstance(sub, ast.Call) and any(k.arg == "status" for k in sub.keywords):
+                return True
+            if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and STATUS_KEY.search(sub.value):
                 return True
         return False
 
@@ -379,7 +455,23 @@ class _Checker(ast.NodeVisitor):
                             self.patched(base + "[...]", sub)
                     self.check_cache_subscript(sub)
 
+    def follow_alias(self, target: ast.AST, value: ast.AST | None) -> None:
+        """``name = <dotted or imported>`` binds ``name`` as an import would (``s = __import__("os")``, ``m = os``):
+        later ``s.sys.modules`` reads as ``os.sys.modules``. Aliases are never dropped: a later rebinding could
+        sit in code that never runs."""
+        if isinstance(target, ast.Name) and value is not None:
+            resolved = self.dotted(value)
+            if resolved is not None:
+                self.aliases[target.id] = resolved
+                self.alias_values.add(id(value))
+
+    def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
+        self.follow_alias(node.target, node.value)
+        self.generic_visit(node)
+
     def visit_Assign(self, node: ast.Assign) -> None:
+        for target in node.targets:
+            self.follow_alias(target, node.value)
         self.check_targets(node.targets, node)
         if not self.function_stack:
             v = node.value
@@ -395,6 +487,7 @@ class _Checker(ast.NodeVisitor):
         return False
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self.follow_alias(node.target, node.value)
         self.check_targets([node.target], node)
         self.generic_visit(node)
 
@@ -429,6 +522,9 @@ class _Checker(ast.NodeVisitor):
             self.add(RESULT_CACHE, sub, "a container keyed by a tensor's address, identity or content")
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
+        key = node.slice
+        if isinstance(key, ast.Constant) and key.value in GATEWAY_MODULES:  # globals()["sys"], ns["builtins"]
+            self.add(FRAME_INSPECTION, node, f"looks up {key.value!r}, a module's name, in a namespace")
         if isinstance(node.ctx, ast.Load):
             self.check_cache_subscript(node)
         self.generic_visit(node)

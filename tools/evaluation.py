@@ -1,7 +1,9 @@
 """Evaluate a candidate end to end: validate inputs here, run the job in a sandbox, add the roofline.
 
 This is the one entry point the CLI and the agent graph share, so a verdict means the same thing
-wherever it was produced.
+wherever it was produced. The static anti-cheat checks come first, on the source: a candidate they
+reject is never sent to a sandbox (no job, nothing of it runs), and comes back ``rejected`` with the
+findings; only a candidate they pass runs, under the worker's dynamic checks.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from sandbox.protocol import (
     TimingConfig,
     TimingReport,
 )
-from tools.checks import blocking, static_findings
+from tools.checks import Finding, blocking, static_findings
 from tools.device_shares import slots_for
 from tools.errors import CandidateError, EnvironmentProblem
 from tools.problem import Problem, check_fits
@@ -56,6 +58,9 @@ class Evaluation(BaseModel):
         "relaxed policy allows it: every report says so",
     )
     warnings: list[str] = Field([], description="degenerate problem, a speedup over 10× to review, ...")
+    rejected_unrun: bool = Field(
+        False, description="the static checks rejected it from its source, so no job ran (nothing compiled or ran)"
+    )
 
     @property
     def status(self) -> str:
@@ -153,6 +158,19 @@ def profile_job(
     )
 
 
+def static_rejection(job_id: str, findings: list[Finding]) -> JobResult:
+    """The verdict on a candidate the static checks reject (``findings``: the blocking ones), given in place of
+    a job's: ``rejected``, the reason naming the first trick as a worker's rejection does, and no job run."""
+    first = findings[0]
+    where = f" (line {first.line})" if first.line is not None else ""
+    return JobResult(
+        job_id=job_id,
+        status="rejected",
+        reason=f"{first.trick}: {first.detail}{where}; found in the source by the static checks, so it was not run",
+        details="\n".join(str(f) for f in findings),
+    )
+
+
 def get_ceilings(sandbox: Sandbox, device: Device, device_name: str, refresh: bool = False) -> Ceilings:
     """The device's ceilings from the cache, measured in the sandbox on first use."""
     if not refresh and (cached := cached_ceilings(device, device_name)):
@@ -181,8 +199,20 @@ def evaluate(
     timeout_s: float = 600.0,
     with_roofline: bool = True,
     time_candidate: bool = True,
+    static_precheck: bool = True,
 ) -> Evaluation:
+    """Judge ``candidate_source`` (None: the reference alone) on ``problem`` in ``sandbox``.
+
+    ``static_precheck=False`` runs the job even when the static checks reject the candidate (their findings
+    still reject it, after the job). It exists for one purpose: testing the harness itself on code of this
+    project the static checks reject by construction, the cheat fixtures (the worker's dynamic checks must catch
+    them too: tests/test_runtime_checks.py, bench/checks_dynamic.py) and the problem's own code as its
+    candidate (it runs the reference's op, and every memory probe with it: tests/test_memory.py,
+    bench/memory_plan.py). Never pass it for a candidate a user or an agent wrote.
+    """
     working_set = check_fits(problem.info, device, available_bytes, n_checks)
+    found = static_findings(candidate_source, problem.info) if candidate_source else []
+    rejecting = blocking(found, policy)
     job = EvalJob(
         problem_name=str(problem.path),
         problem_source=problem.source,
@@ -200,9 +230,13 @@ def evaluate(
     )
     bound = log.bind(job_id=job.job_id, problem=problem.name, candidate=candidate_name)
     bound.info("evaluate_start", device=device, policy=policy)
-    result = sandbox.run(job)
-    found = static_findings(candidate_source, problem.info) if candidate_source else []
-    rejecting = blocking(found, policy)
+    if rejecting and static_precheck:
+        # Flagged code never runs, not even in the sandbox: a fork bomb or a write outside scratch would
+        # happen at import, before any dynamic check could end the job.
+        bound.info("evaluate_static_rejection", findings=[str(f) for f in rejecting])
+        result = static_rejection(job.job_id, rejecting)
+    else:
+        result = sandbox.run(job)
     evaluation = Evaluation(
         anti_cheat=[str(f) for f in rejecting] + [str(f) for f in result.findings if f.blocking],
         reduced_precision=[str(f) for f in found if f not in rejecting]
@@ -214,6 +248,7 @@ def evaluate(
         device=device,
         policy=policy,
         result=result,
+        rejected_unrun=bool(rejecting) and static_precheck,
     )
     device_name = result.environment.get("gpu") or result.environment.get("cpu")
     if with_roofline and result.timing is not None and device_name:

@@ -148,7 +148,7 @@ class _Tools:
             return text
         ev = self._evaluate(source, timed=False)
         self._done("compile_candidate", started, ev.result.wall_s, ev.status, source)
-        if ev.status == "compile_error":
+        if ev.status == "compile_error" or ev.rejected_unrun:  # unrun: nothing was compiled either
             return _failure(ev)
         return "ok: it compiled. (check_candidate tells whether it runs and matches the reference.)"
 
