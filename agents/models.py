@@ -1,6 +1,7 @@
 """Which chat model a run uses: ``--model`` / ``--base-url`` → ``ModelSpec`` → a LangChain chat model.
 
-API keys come from the environment only. Prices (dollars per million tokens) turn token counts into cost.
+API keys come from the environment only, and leave it when the first client is built (``tools.keys``):
+the client gets its key as ``api_key``. Prices (dollars per million tokens) turn token counts into cost.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from tools import keys
 from tools.errors import ConfigError, EnvironmentProblem
 
 if TYPE_CHECKING:
@@ -109,9 +111,10 @@ def parse_model(spec: str, base_url: str | None = None) -> ModelSpec:
 
 
 def _api_key(spec: ModelSpec) -> str:
+    """The provider's key: taken out of the environment (every provider's, at once), then held in memory."""
     names = _KEY_VARS[spec.provider]
     for var in names:
-        value = os.environ.get(var, "").strip()
+        value = keys.get(var)
         if value:
             return value
     if spec.base_url:
@@ -120,7 +123,8 @@ def _api_key(spec: ModelSpec) -> str:
 
 
 def make_chat_model(spec: ModelSpec, *, timeout_s: float) -> BaseChatModel:
-    """The LangChain chat model for ``spec``, via ``init_chat_model``. Keys come from the environment only.
+    """The LangChain chat model for ``spec``, via ``init_chat_model``. Keys come from the environment only,
+    and are no longer there once this returns (``tools.keys``); the client gets its key explicitly.
 
     The client's own retries are turned off: ``ChatSession`` retries, with backoff it logs and records.
     """

@@ -23,6 +23,7 @@ from agents.llm import BudgetExceeded
 from graphs.rundata import precision_text
 from graphs.state import RunInput, RunOutput, RunState, best_candidate, merge_usage, message
 from tools.evaluation import evaluate
+from tools.keys import redact
 
 log = structlog.get_logger(__name__)
 Node = Callable[[dict[str, Any]], dict[str, Any]]
@@ -93,7 +94,7 @@ def finalize(state: dict[str, Any], ctx: RoleContext) -> dict[str, Any]:
     else:
         headline = "no verified candidate beat the reference: the result is the reference (speedup 1.0)"
         (folder / "README.md").write_text(headline + "\n")
-    (ctx.run_dir / "report.md").write_text(report(state, headline))
+    (ctx.run_dir / "report.md").write_text(redact(report(state, headline)))  # verdicts are redacted; so is this
     return {"messages": [message("finalize", "decision", headline, state.get("round", 0))]}
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from graphs.cli_profile import add_parser as add_profile_parser
 from graphs.logs import configure_logging
+from tools import keys
 from tools.errors import ConfigError, KernelforgeError, ProblemError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -494,8 +495,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         line("cupy", "not installed (needed to run CUDA candidates: pip install 'kernelforge[gpu]')")
     line("ncu", _ncu_status())
     line("docker", _docker_status())
-    keys = [k for k in PROVIDER_KEYS if os.environ.get(k)]
-    line("llm keys", ", ".join(keys) if keys else "none set (the builtin offline team will be used)")
+    # The keys were taken out of the environment when kforge started: ask the store that holds them.
+    held = keys.held()
+    found = [k for k in PROVIDER_KEYS if k in held or os.environ.get(k)]
+    line("llm keys", ", ".join(found) if found else "none set (the builtin offline team will be used)")
     return EXIT_OK
 
 
@@ -673,6 +676,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Provider keys leave the environment before anything else runs: no process kforge starts (a batch's
+    # fork server, a Ray head, a sandbox worker) inherits them, and /proc/<pid>/environ no longer shows
+    # them. The model client gets its key from tools.keys.
+    keys.take_from_environment()
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args.verbose)

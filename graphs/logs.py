@@ -13,7 +13,15 @@ from typing import Any, TextIO
 
 import structlog
 
+from tools.keys import redact_data
+
 _events: TextIO | None = None
+
+
+def _redact_keys(logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+    """Replace every held API key (``tools.keys``) before the event is written anywhere: an error text
+    or a candidate's output may quote one."""
+    return redact_data(event)
 
 
 def _tee_to_events(logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
@@ -43,9 +51,14 @@ def configure_logging(verbose: bool = False, events_path: Path | None = None) ->
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
+            # A traceback as text, so that it is redacted too (and printed plain: no locals).
+            structlog.processors.format_exc_info,
+            _redact_keys,
             _tee_to_events,
             _console_filter(logging.INFO if verbose else logging.WARNING),
-            structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()),
+            structlog.dev.ConsoleRenderer(
+                colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
+            ),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),

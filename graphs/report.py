@@ -19,6 +19,7 @@ from typing import Any
 from graphs.plot import Point, speedup_svg
 from graphs.rundata import CandidateRecord, RunData
 from graphs.trace import fmt
+from tools.keys import redact
 
 STYLE_PATH = Path(__file__).with_name("report_assets")
 
@@ -479,5 +480,7 @@ def render(run: RunData) -> str:
 
 def write_report(run: RunData, path: Path | None = None) -> Path:
     path = path or run.dir / "report.html"
-    path.write_text(render(run), encoding="utf-8")
+    # Defence in depth: verdicts and logs are redacted where they are made; a run written by an older
+    # kforge may still hold a key in its files.
+    path.write_text(redact(render(run)), encoding="utf-8")
     return path

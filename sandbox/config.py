@@ -6,9 +6,11 @@ docker SDK or engine, or without Ray, can still use the local backend.
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Annotated, Literal, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from sandbox.protocol import AnyJob, JobResult
 from tools.errors import ConfigError
@@ -52,6 +54,23 @@ class LocalSandboxConfig(BaseModel):
     output_tail_bytes: int = 4096
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+MIN_CONTAINER_MEMORY = 1 << 30  # below this a worker cannot import torch and run a job
+
+
+def parse_size(text: str) -> int:
+    """Bytes in a size as docker writes it: ``3g``, ``512m``, ``1.5g``, ``4096`` (binary units, ``b`` optional)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([bkmgt]?)b?\s*", text.lower())
+    if not m:
+        raise ValueError(f"bad size {text!r}: expected a number and a unit, e.g. 12g or 512m")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
+
+
+def host_memory_bytes() -> int:
+    """This host's RAM (MemTotal): the docker backend's containers run on this machine's engine."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 class DockerSandboxConfig(BaseModel):
     """Each job a fresh worker process inside one long-lived, locked-down container per GPU.
 
@@ -70,7 +89,20 @@ class DockerSandboxConfig(BaseModel):
         None, description="GPUs (indices or UUIDs) jobs are spread over, a container each; None: every visible one"
     )
     user: str = "65534:65534"
-    memory: str = Field("16g", description="memory limit of a container (swap included)")
+    memory: str | None = Field(
+        None,
+        description="memory limit of a container, swap included, in docker's units ('12g', '512m'); "
+        "None: memory_fraction of this host's RAM",
+    )
+    memory_fraction: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="with memory=None, the share of this host's RAM (MemTotal) a container may use: the rest "
+        "stays for the orchestrator, its compiles and the host. The limit is per container, and there is one "
+        "per GPU in each kforge process (several GPUs, or a batch's --parallel, add up): lower it, or set "
+        "memory, where that would overcommit the host",
+    )
     pids: int = Field(512, description="process limit of a container: a fork bomb stops here")
     tmpfs_size: str = Field("4g", description="size of the container's /tmp, where jobs get scratch")
     env_allow: tuple[str, ...] = DEFAULT_ENV_ALLOW
@@ -81,6 +113,20 @@ class DockerSandboxConfig(BaseModel):
         description="capabilities that container keeps: ncu reads the GPU's counters; [] where the driver "
         "lets every user (NVreg_RestrictProfilingToAdminUsers=0)",
     )
+
+    @field_validator("memory")
+    @classmethod
+    def _docker_size(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_size(value)
+        return value
+
+    def memory_bytes(self) -> int:
+        """The memory limit of each container, in bytes: ``memory``, or ``memory_fraction`` of this host's RAM."""
+        if self.memory is not None:
+            return parse_size(self.memory)
+        share = int(host_memory_bytes() * self.memory_fraction) >> 20 << 20  # whole MiB: the kernel keeps pages
+        return max(MIN_CONTAINER_MEMORY, share)
 
 
 class RaySandboxConfig(BaseModel):
@@ -124,7 +170,14 @@ def job_machine(config: AnySandboxConfig, device: str) -> tuple[str, int]:
     from tools.device import device_memory_bytes, resolve_device
 
     resolved = resolve_device(device)
-    return resolved, device_memory_bytes(resolved)
+    return resolved, _within_container(config, resolved, device_memory_bytes(resolved))
+
+
+def _within_container(config: AnySandboxConfig, device: str, available: int) -> int:
+    """A CPU job in a docker container has the container's memory limit, not the whole host's RAM."""
+    if config.type == "docker" and device == "cpu":
+        return min(available, config.memory_bytes())
+    return available
 
 
 def job_memory_bytes(config: AnySandboxConfig, device: str) -> int:
@@ -135,7 +188,7 @@ def job_memory_bytes(config: AnySandboxConfig, device: str) -> int:
         return cluster_machine(config, device)[1]
     from tools.device import device_memory_bytes
 
-    return device_memory_bytes(device)
+    return _within_container(config, device, device_memory_bytes(device))
 
 
 def make_sandbox(config: AnySandboxConfig | None = None) -> Sandbox:

@@ -1,15 +1,18 @@
 """The docker backend: one long-lived, locked-down container per GPU, a fresh worker process per job.
 
 The container is started once (``sleep infinity`` under an init process) with no network, a read-only
-root, a tmpfs ``/tmp``, memory and pid limits, every capability dropped, no-new-privileges and a
-non-root user; the GPU it owns is pinned with a device request. Each job is a ``docker exec`` of
-``python -m sandbox.worker``: the job file comes through a read-only bind mount, the channel key goes
-in on the exec's stdin, and the signed verdict comes back on its stdout (the worker moves everything
-printed to stderr, so only it writes there; unsigned bytes are a forgery, as with the local backend).
-After every job, processes it left behind are killed and its scratch folder removed; after a timeout
-or a sticky CUDA error the container is replaced. A profile job (Nsight Compute) runs in a container of
-its own, started for it and removed after it: the one place a job runs as the container's root with
-CAP_SYS_ADMIN, which ncu needs to read the GPU's counters (``profile_user``, ``profile_caps``).
+root, a tmpfs ``/tmp``, an IPC namespace of its own, memory (sized from the host) and pid limits,
+every capability dropped, no-new-privileges and a non-root user; the GPU it owns is pinned with a
+device request. Each job is a ``docker exec`` of ``python -m sandbox.worker``: the job file comes
+through a read-only bind mount, the channel key goes in on the exec's stdin, and the signed verdict
+comes back on its stdout (the worker moves everything printed to stderr, so only it writes there;
+unsigned bytes are a forgery, as with the local backend). After every job, processes it left behind
+are killed and every writable place is emptied (``/tmp``, ``/dev/shm``, ``/dev/mqueue`` and System V
+IPC objects), or, where that fails, the container is replaced, so no job sees what an earlier one
+left; after a timeout or a sticky CUDA error the container is replaced too. A profile job (Nsight
+Compute) runs in a container of its own, started for it and removed after it: the one place a job
+runs as the container's root with CAP_SYS_ADMIN, which ncu needs to read the GPU's counters
+(``profile_user``, ``profile_caps``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from sandbox.devices import HostDevices
 from sandbox.protocol import AnyJob, JobResult
 from sandbox.verdict import how_it_ended, job_verdict
 from tools.errors import EnvironmentProblem
+from tools.keys import redact_model
 
 log = structlog.get_logger(__name__)
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -46,21 +50,42 @@ VERDICT_LIMIT = 64 << 20  # more than this on the verdict stream is not a verdic
 STICKY_CUDA = ("illegal memory access", "unspecified launch failure", "misaligned address", "CUDA error: an illegal")
 
 
-# Both scripts run inside the container. Entries of /tmp that are, or hold, a mount (a checkout that
-# lives under /tmp on the host) belong to the container's set-up, not to a job: they stay.
-_MOUNTED = """
+# Both scripts run inside the container. What a job can leave there for the next one: processes,
+# entries of the only writable places (/tmp, /dev/shm, and /dev/mqueue where POSIX message queues live;
+# the rest is read-only) and System V IPC objects (shared memory, semaphores, message queues), which
+# live in the container's IPC namespace. Entries of /tmp that are, or hold, a mount (a checkout that lives under
+# /tmp on the host) belong to the container's set-up, not to a job: they stay.
+_LEFTOVERS = """
 import os
+WRITABLE = ("/tmp", "/dev/shm", "/dev/mqueue")
 mounted = set()
 for line in open("/proc/self/mounts"):
     path = line.split()[1]
-    while path.startswith("/tmp/"):
-        mounted.add(path)
-        path = os.path.dirname(path)
+    for root in WRITABLE:
+        while path.startswith(root + "/"):
+            mounted.add(path)
+            path = os.path.dirname(path)
+
+def entries():
+    for root in WRITABLE:
+        try:
+            names = os.listdir(root)
+        except FileNotFoundError:
+            continue
+        for name in names:
+            if os.path.join(root, name) not in mounted:
+                yield os.path.join(root, name)
+
+def ipc_objects():
+    for kind in ("shm", "sem", "msg"):
+        with open("/proc/sysvipc/" + kind) as f:
+            for line in f.read().splitlines()[1:]:
+                yield kind, int(line.split()[1])
 """
 _CLEAN_UP = (
-    _MOUNTED
+    _LEFTOVERS
     + """
-import shutil, signal, sys
+import ctypes, shutil, signal, sys
 keep = set(sys.argv[1:]) | {str(os.getpid())}
 for pid in os.listdir("/proc"):
     if pid.isdigit() and pid not in keep:
@@ -68,24 +93,46 @@ for pid in os.listdir("/proc"):
             os.kill(int(pid), signal.SIGKILL)
         except ProcessLookupError:
             pass
-for name in os.listdir("/tmp"):
-    path = os.path.join("/tmp", name)
-    if path in mounted:
-        continue
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, ignore_errors=True)
+
+def remove(path):
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            # A job may have left folders it made unreadable: it ran as this user, so they are ours.
+            os.chmod(path, 0o700)
+            for folder, subfolders, _ in os.walk(path):
+                for name in subfolders:
+                    if not os.path.islink(os.path.join(folder, name)):
+                        os.chmod(os.path.join(folder, name), 0o700)
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    except (OSError, RecursionError):
+        pass  # counted below: the container is then replaced
+
+for path in list(entries()):
+    remove(path)
+libc = ctypes.CDLL(None, use_errno=True)
+IPC_RMID = 0
+for kind, ident in list(ipc_objects()):
+    if kind == "shm":
+        libc.shmctl(ident, IPC_RMID, None)
+    elif kind == "sem":
+        libc.semctl(ident, 0, IPC_RMID)
     else:
-        os.unlink(path)
+        libc.msgctl(ident, IPC_RMID, None)
+left = list(entries()) + ["sysv-%s:%d" % o for o in ipc_objects()]
+if left:
+    sys.exit("left behind: " + " ".join(left)[:500])
 """
 )
-# Its stdout is the answer: /tmp's entries (set-up mounts aside), then the pids.
+# Its stdout is the answer: what the writable places hold (set-up mounts aside), then the pids.
 _SNAPSHOT = (
-    _MOUNTED
+    _LEFTOVERS
     + """
 import sys
-tmp = (n for n in os.listdir("/tmp") if os.path.join("/tmp", n) not in mounted)
+found = list(entries()) + ["sysv-%s:%d" % o for o in ipc_objects()]
 pids = (p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid())
-sys.stdout.write(" ".join(tmp) + "\\n" + " ".join(pids) + "\\n")
+sys.stdout.write(" ".join(found) + "\\n" + " ".join(pids) + "\\n")
 """
 )
 
@@ -131,8 +178,11 @@ class _Container:
             labels={"kernelforge": "sandbox"},
             network_mode="none",
             read_only=True,
-            mem_limit=config.memory,
-            memswap_limit=config.memory,
+            # Sized from the host unless set (DockerSandboxConfig.memory_bytes); no swap beyond it.
+            mem_limit=config.memory_bytes(),
+            memswap_limit=config.memory_bytes(),
+            # An IPC namespace and /dev/shm of its own, whatever the engine's default-ipc-mode says.
+            ipc_mode="private",
             pids_limit=config.pids,
             cap_drop=["ALL"],
             # ncu reads the GPU's performance counters, which the driver keeps for admins by default.
@@ -149,7 +199,8 @@ class _Container:
         )
         # The container's own pids while idle (init, sleep): everything else after a job is left over.
         self.idle_pids = self._snapshot()[1]
-        # One job at a time: the clean-up after a job kills every other process and empties /tmp.
+        # One job at a time: the clean-up after a job kills every other process and empties every
+        # writable place (/tmp, /dev/shm, /dev/mqueue, System V IPC).
         self.busy = threading.Lock()
 
     def _run_python(self, code: str, *args: str) -> str:
@@ -165,8 +216,9 @@ class _Container:
         return False
 
     def clean_up(self) -> bool:
-        """Kill every process a job left behind and empty /tmp (jobs run one at a time); False if that
-        failed (a fork bomb can leave no pid to run it with)."""
+        """Kill every process a job left behind and empty every writable place (jobs run one at a time), so
+        the next job finds the container as it started. False if that failed, or left anything (a fork bomb
+        can leave no pid to run it with): the caller then replaces the container."""
         try:
             exit_code, _ = self.container.exec_run([self.python, "-c", _CLEAN_UP, *self.idle_pids])
         except Exception as exc:  # the engine refusing the exec means the same: recycle the container
@@ -175,12 +227,12 @@ class _Container:
         return exit_code == 0
 
     def _snapshot(self) -> tuple[list[str], list[str]]:
-        """(entries in /tmp, pids of the processes running) inside the container."""
+        """(what the writable places hold: paths and ``sysv-<kind>:<id>``, pids running) inside the container."""
         files, pids = self._run_python(_SNAPSHOT).split("\n")[:2]
         return files.split(), pids.split()
 
     def leftovers(self) -> tuple[list[str], list[str]]:
-        """(entries in /tmp, processes other than the idle ones): what a job left behind."""
+        """(what the writable places hold, processes other than the idle ones): what a job left behind."""
         files, pids = self._snapshot()
         return files, [p for p in pids if p not in self.idle_pids]
 
@@ -217,7 +269,7 @@ class DockerSandbox:
         return client
 
     def leftovers(self) -> tuple[list[str], list[str]]:
-        """What the last job left in the CPU container: (files in /tmp, processes); both empty normally."""
+        """What the last job left in the CPU container: (files and IPC objects, processes); both empty normally."""
         return self._container(None).leftovers()
 
     def close(self) -> None:
@@ -273,7 +325,8 @@ class DockerSandbox:
     def run(self, job: AnyJob) -> JobResult:
         # Host-wide turns, as the local backend takes them: a timing job has its device alone.
         with self._devices.turn(job) as gpu:
-            return self._run_in_container(job, gpu.env_id if gpu else None)
+            # A candidate's output is in its verdict: no API key of this process may leave in it.
+            return redact_model(self._run_in_container(job, gpu.env_id if gpu else None))
 
     def _run_in_container(self, job: AnyJob, gpu: str | None) -> JobResult:
         bound = log.bind(job_id=job.job_id, kind=job.kind, backend="docker", gpu=gpu)

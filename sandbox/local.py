@@ -4,8 +4,9 @@ A CUDA job runs on one GPU of the pool (every visible GPU by default), its worke
 CUDA_VISIBLE_DEVICES; a timing job holds its device alone (``sandbox.devices``).
 
 The worker starts in a new process group so a timeout kills everything it spawned; its environment
-is an allow-list (API keys never reach candidate code); its stdout and stderr go to files in a
-private scratch folder and are only ever shown, never parsed; its verdict arrives signed on a pipe.
+is an allow-list (API keys never reach candidate code; ``tools.keys`` takes them out of this process's
+too); its stdout and stderr go to files in a private scratch folder and are only ever shown, never
+parsed; its verdict arrives signed on a pipe, and leaves ``run`` with every held API key redacted.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from sandbox.prefork import ForkedProcess, ForkServerClient, ForkServerDied
 from sandbox.protocol import AnyJob, JobResult
 from sandbox.verdict import how_it_ended, job_verdict
 from tools.device import VisibleGpu
+from tools.keys import redact_model
 
 log = structlog.get_logger(__name__)
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -120,6 +122,10 @@ class LocalSandbox:
         return env
 
     def run(self, job: AnyJob) -> JobResult:
+        # A candidate's output is in its verdict: no API key of this process may leave in it.
+        return redact_model(self._run_job(job))
+
+    def _run_job(self, job: AnyJob) -> JobResult:
         bound = log.bind(job_id=job.job_id, kind=job.kind)
         if self.config.prefork:
             # Start the fork server (seconds: it imports torch) before taking a turn, not while holding a GPU.

@@ -34,6 +34,7 @@ from sandbox.local import LocalSandbox
 from sandbox.prefork import ForkedProcess
 from sandbox.protocol import AnyJob, Job, JobResult
 from tools.errors import ConfigError, EnvironmentProblem, SandboxError
+from tools.keys import redact_model
 
 try:
     import ray
@@ -285,4 +286,4 @@ class RaySandbox:
         if result.job_id != job.job_id:
             raise SandboxError(f"job {job.job_id} came back as job {result.job_id}")
         bound.info("ray_job_done", status=result.status, node=result.environment.get("ray_node"))
-        return result
+        return redact_model(result)  # a candidate's output is in it: no API key of this process may leave in it

@@ -33,6 +33,17 @@ def kforge_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def no_held_api_keys() -> Iterable[None]:
+    """Every test starts and ends with no API key held in memory (tools.keys): a key one test took out of
+    the environment would otherwise serve another that expects none."""
+    from tools import keys
+
+    keys.forget()
+    yield
+    keys.forget()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Under pytest-xdist (`make test` runs two workers) every test that starts a Ray cluster goes to one
     # worker: two clusters at once on a small machine would miss Ray's start-up windows. GPU tests go to

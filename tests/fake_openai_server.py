@@ -2,7 +2,8 @@
 
 ``FakeOpenAIServer`` serves ``POST /v1/chat/completions`` (plain JSON, or server-sent events when the
 request streams) from a queue of canned assistant texts, each with a ``usage`` block, on 127.0.0.1 at a
-free port. Errors can be queued too (``error(429)``), so retries can be tested through the real
+free port. With ``api_key`` it answers 401, as OpenAI does, to a request without that key. Errors can
+be queued too (``error(429)``), so retries can be tested through the real
 ``langchain-openai`` client. Every request body is kept in ``requests``::
 
     with FakeOpenAIServer() as server:
@@ -76,6 +77,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
             return
         fake = self.server.fake
+        if fake.api_key is not None and self.headers.get("Authorization") != f"Bearer {fake.api_key}":
+            # What OpenAI answers to a wrong or missing key; the queue is left as it was.
+            error = {
+                "message": "Incorrect API key provided",
+                "type": "invalid_request_error",
+                "code": "invalid_api_key",
+            }
+            self._send_json(401, {"error": error})
+            return
         reply = fake._take(body, {k.lower(): v for k, v in self.headers.items()})
         if reply is None:
             message = "fake server: no canned reply left"
@@ -157,8 +167,15 @@ def _completion(body: dict[str, Any], reply: Reply) -> dict[str, Any]:
 class FakeOpenAIServer:
     """An OpenAI-compatible chat server on 127.0.0.1 answering from a queue (see the module doc)."""
 
-    def __init__(self, replies: Iterable[str | Reply] = (), *, models: Sequence[str] = ("test-model",)) -> None:
+    def __init__(
+        self,
+        replies: Iterable[str | Reply] = (),
+        *,
+        models: Sequence[str] = ("test-model",),
+        api_key: str | None = None,
+    ) -> None:
         self.models = list(models)
+        self.api_key = api_key  # set: a chat request without ``Authorization: Bearer <api_key>`` gets a 401
         self.requests: list[dict[str, Any]] = []  # every chat request body, in order
         self.headers: list[dict[str, str]] = []  # and its headers, names in lower case
         self._queue: deque[Reply] = deque(Reply(r) if isinstance(r, str) else r for r in replies)

@@ -200,6 +200,19 @@ def test_api_keys_never_reach_the_candidate(sandbox: Sandbox, monkeypatch: pytes
     assert home != os.environ.get("HOME") and "kforge-" in home  # a private scratch folder
 
 
+def test_a_verdict_never_carries_a_held_api_key(sandbox: Sandbox) -> None:
+    from tools import keys
+
+    probe = "sk-kforge-test-redaction-probe-0123456789"  # what echo_key.py prints and raises
+    leaked = run(sandbox, HOSTILE / "echo_key.py")
+    assert leaked.status == "runtime_error" and probe in leaked.reason  # no key held: nothing to replace
+    keys.adopt({"OPENAI_API_KEY": probe})  # as kforge holds the key it took from its environment
+    result = run(sandbox, HOSTILE / "echo_key.py")
+    assert result.status == "runtime_error"
+    assert probe not in result.model_dump_json()
+    assert "leaked [redacted]" in result.reason and "KEY [redacted]" in printed(result)
+
+
 def test_children_left_behind_are_killed(sandbox: Sandbox) -> None:
     result = run(sandbox, HOSTILE / "leave_child.py")
     assert result.status == "rejected" and result.reason.startswith("thread: child process"), result.reason
@@ -264,6 +277,56 @@ def test_container_scratch_is_emptied_after_every_job(docker: Sandbox) -> None:
     result = run(docker, CANDIDATES / "softmax_cpu.py")
     assert result.status == "ok", result.reason
     assert docker.leftovers() == ([], [])  # type: ignore[attr-defined]
+
+
+def _line(result: JobResult, prefix: str) -> list[str]:
+    lines = [x for x in printed(result).replace("\x00", " ").splitlines() if x.startswith(prefix)]
+    assert lines, printed(result)
+    return lines[0].split()[1:]
+
+
+def test_no_job_finds_what_the_last_one_left_in_the_container(docker: Sandbox) -> None:
+    container = docker._container(None)  # type: ignore[attr-defined]
+    first = run(docker, HOSTILE / "persist_between_jobs.py")
+    assert first.status == "ok", first.reason
+    # It left a file in /tmp and in /dev/shm, an unreadable folder, a message queue and a SysV segment.
+    assert len(_line(first, "LEFT:")) == 5, printed(first)
+    assert docker.leftovers() == ([], [])  # type: ignore[attr-defined]
+    second = run(docker, HOSTILE / "persist_between_jobs.py")
+    assert second.status == "ok", second.reason
+    assert _line(second, "FOUND:") == ["none"]
+    # The same container ran both jobs: emptied between them, not replaced.
+    assert docker._container(None) is container  # type: ignore[attr-defined]
+
+
+def test_a_container_s_memory_limit_is_sized_from_the_host() -> None:
+    from sandbox.config import host_memory_bytes
+
+    host = host_memory_bytes()
+    for fraction in (0.5, 0.25):
+        config = DockerSandboxConfig() if fraction == 0.5 else DockerSandboxConfig(memory_fraction=fraction)
+        assert max(1 << 30, host * fraction - (1 << 20)) < config.memory_bytes() <= max(1 << 30, host * fraction)
+    assert DockerSandboxConfig(memory="3g").memory_bytes() == 3 << 30
+    with pytest.raises(ValueError, match="bad size"):
+        DockerSandboxConfig(memory="lots")
+
+
+def test_the_container_gets_the_limit_it_was_given(docker: Sandbox) -> None:
+    from sandbox.docker import DockerSandbox
+
+    limit = "/sys/fs/cgroup/memory/memory.limit_in_bytes"
+    read_limit = (
+        f"import os; p = {limit!r}; print(open(p if os.path.exists(p) else '/sys/fs/cgroup/memory.max').read())"
+    )
+    plain = docker._container(None)  # type: ignore[attr-defined]
+    assert int(plain._run_python(read_limit)) == DOCKER_CONFIG.memory_bytes() == 3 << 30
+    sized = DockerSandbox(DockerSandboxConfig(memory_fraction=0.125))
+    try:
+        container = sized._container(None)
+        assert int(container._run_python(read_limit)) == sized.config.memory_bytes()
+        assert container.container.attrs["HostConfig"]["IpcMode"] == "private"
+    finally:
+        sized.close()
 
 
 def test_host_memory_hog_is_killed_and_the_next_job_runs(docker: Sandbox) -> None:

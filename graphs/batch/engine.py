@@ -33,6 +33,7 @@ from graphs.config import RunConfig
 from graphs.runs import RunPaths, _git_commit, create_run, load_state
 from graphs.state import best_candidate
 from sandbox.config import job_memory_bytes
+from tools import keys
 from tools.errors import ConfigError, ProblemError
 from tools.problem import Problem, check_fits, load_problem
 
@@ -246,6 +247,7 @@ class Batch:
             fresh_check=self.s.fresh_check,
             verbose=self.s.verbose,
             say=self.s.say,
+            keys=keys.held(),
         )
         return _Job(index, name, problem, paths, how, assignment)
 
@@ -271,6 +273,9 @@ class Batch:
         self.s.runs_dir.mkdir(parents=True, exist_ok=True)
         # Processes forked from a server that has imported torch and the graph once: a fresh interpreter
         # per problem would spend seconds on imports, and forking this process would copy its threads.
+        # The fork server inherits this process's environment, and every problem's candidates could read
+        # it there (/proc/<pid>/environ): the keys leave it first and go to each problem in memory.
+        keys.take_from_environment()
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(["graphs.batch.runner"])
         queue = deque(range(len(self.problems)))

@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from graphs.logs import configure_logging
 from graphs.runs import RunPaths, load_state
 from graphs.state import best_candidate
 from sandbox.config import job_memory_bytes, make_sandbox
+from tools import keys
 from tools.evaluation import evaluate
 from tools.paths import flocked
 from tools.problem import Problem, load_problem
@@ -78,6 +79,9 @@ class Assignment:
     fresh_check: bool
     verbose: bool
     say: Callable[[str], None] | None = None
+    # The batch's provider keys (tools.keys): this process starts from a fork server that never had them
+    # in its environment, so they come in memory, through the pipe that brings the assignment.
+    keys: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 def _fmt_ms(v: float | None) -> str:
@@ -165,6 +169,7 @@ def work(a: Assignment) -> None:
     # SIGINT is how the batch, and the watch on it, stop this search. A batch started as a script's
     # background job inherits SIGINT ignored and would pass that on: take the default back.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    keys.adopt(a.keys)
     _watch_parent()
     try:
         _search_and_check(a)
