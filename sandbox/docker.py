@@ -170,6 +170,7 @@ class _Container:
 
         requests = [DeviceRequest(device_ids=[gpu], capabilities=[["gpu"]])] if gpu is not None else []
         self.python = config.python or sys.executable
+        memory = config.memory_bytes()  # sized from the host unless set; no swap beyond it
         self.container = client.containers.run(
             config.image,
             [self.python, "-c", "import time; time.sleep(1 << 30)"],  # any image with Python has this
@@ -178,9 +179,8 @@ class _Container:
             labels={"kernelforge": "sandbox"},
             network_mode="none",
             read_only=True,
-            # Sized from the host unless set (DockerSandboxConfig.memory_bytes); no swap beyond it.
-            mem_limit=config.memory_bytes(),
-            memswap_limit=config.memory_bytes(),
+            mem_limit=memory,
+            memswap_limit=memory,
             # An IPC namespace and /dev/shm of its own, whatever the engine's default-ipc-mode says.
             ipc_mode="private",
             pids_limit=config.pids,
