@@ -36,7 +36,9 @@ def _detail(label: str, ev: Evaluation) -> str:
     """One job's memory and phases, for finding where a peak beyond the plan comes from."""
     m = ev.result.memory
     memory = (
-        f"peak {m.peak_bytes / GIB:.3f} GiB, eager {m.eager_peak_bytes / GIB:.3f}, plan {m.plan_bytes / GIB:.3f}"
+        f"peak {m.peak_bytes / GIB:.3f} GiB, eager {m.eager_peak_bytes / GIB:.3f}, plan {m.plan_bytes / GIB:.3f}, "
+        + "by phase "
+        + ", ".join(f"{k} {v / GIB:.3f}" for k, v in m.peak_by_phase.items())
         if m
         else ""
     )

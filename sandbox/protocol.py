@@ -261,6 +261,9 @@ class MemoryReport(BaseModel):
     plan_bytes: int = Field(description="the memory plan's peak, from the eager peak measured here")
     answers_on_device_bytes: int = Field(description="expected outputs kept on the device")
     answers_parked_bytes: int = Field(description="expected outputs kept off it: host memory (CUDA), a file (CPU)")
+    peak_by_phase: dict[str, int] = Field(
+        default_factory=dict, description="the job's peak so far at the end of each phase (sandbox.worker.Phases)"
+    )
 
     @property
     def ratio(self) -> float | None:

@@ -120,8 +120,13 @@ def _compile_failure(exc: CompileError, phase: str) -> JobFailed:
 
 
 class Phases:
+    """Each phase's seconds and, once a meter is attached, the job's peak memory at its end: the first phase whose
+    peak exceeds the plan is where the excess was allocated."""
+
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
+        self.peaks: dict[str, int] = {}
+        self.meter: PeakMeter | None = None
 
     @contextlib.contextmanager
     def __call__(self, name: str) -> Iterator[None]:
@@ -130,6 +135,12 @@ class Phases:
             yield
         finally:
             self.seconds[name] = round(time.perf_counter() - start, 4)
+            self.mark(name)
+
+    def mark(self, name: str) -> None:
+        """The job's peak so far, under ``name``: a point inside a phase, or a phase's end."""
+        if self.meter is not None:
+            self.peaks[name] = self.meter.job_peak()
 
 
 def environment(device: torch.device) -> dict[str, str]:
@@ -179,7 +190,7 @@ class Reference:
     """
 
     def __init__(self, job: EvalJob, device: torch.device, phases: Phases, meter: PeakMeter) -> None:
-        self.job, self.device, self.meter = job, device, meter
+        self.job, self.device, self.meter, self.phases = job, device, meter, phases
         self.notes: list[str] = []
         self.memory: dict[str, int] = {}
         checking = job.candidate_source is not None
@@ -202,6 +213,7 @@ class Reference:
             self.reproducible = self.prints[0] == correctness.fingerprints(self.make(self.seeds[0]), self.chunk)
             if not self.reproducible:
                 self.notes.append("get_inputs() is not reproducible from torch's seed: each check's inputs are kept")
+            phases.mark("reference: one eager call")
             self.like = [torch.empty_like(o, device="meta") for o in first if isinstance(o, torch.Tensor)]
             self.atol, self.rtol = correctness.tolerance(job.policy, self.like[0].dtype)
             self.warnings = runtime_checks.degenerate_warnings(first, job.policy, self.chunk)
@@ -211,12 +223,14 @@ class Reference:
             del inputs, first
             if self.plan.float64:
                 self._float64()
+                phases.mark("reference: float64")
             for i in range(1, len(self.seeds)):
                 inputs = self.make(self.seeds[i])
                 self.prints.append(correctness.fingerprints(inputs, self.chunk))
                 with torch.no_grad():
                     self._keep(i, _own(correctness.flatten_outputs(self.model(*inputs)), inputs), inputs)
                 del inputs
+            phases.mark("reference: answers")
             self.variant = self._shape_variant() if checking else None
             self.stored = (self.answers.device_bytes, self.answers.parked_bytes)
             if device.type == "cuda":
@@ -231,6 +245,7 @@ class Reference:
                 compiled = torch.compile(self.model)
                 with torch.no_grad():
                     compiled(*self.buffers)  # compile now, while torch is still pristine
+                phases.mark("reference: compiled call")
                 self.contenders["compile"] = compiled
 
     def make(self, seed: int) -> list[Any]:
@@ -244,6 +259,7 @@ class Reference:
             plan_bytes=self.plan.peak,
             answers_on_device_bytes=self.stored[0],
             answers_parked_bytes=self.stored[1],
+            peak_by_phase=dict(self.phases.peaks),
         )
 
     def _eager_peak(self, inputs: list[Any]) -> list[Any]:
@@ -585,6 +601,7 @@ def run_eval(job: EvalJob, phases: Phases) -> JobResult:
         torch.cuda.set_device(device)
     env = environment(device)
     meter = PeakMeter(device)  # before the timer, so that its cache-flush buffer counts in the job's peak
+    phases.meter = meter
     ref = Reference(job, device, phases, meter)
     contenders = dict(ref.contenders)
     common: dict[str, Any] = {"environment": env}
