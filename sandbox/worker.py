@@ -46,7 +46,7 @@ from sandbox.protocol import (
     TimingReport,
 )
 from tools import correctness, runtime_checks, timing
-from tools.answers import AnswerStore
+from tools.answers import AnswerStore, to_host
 from tools.cheat_tricks import (
     CONSTANT_OUTPUT,
     GLOBAL_STATE,
@@ -206,6 +206,7 @@ class Reference:
             self.recorder = OpRecorder()
             self.seeds = [job.seed * 1_000_003 + i + 1 for i in range(job.n_checks if checking else 1)]
             inputs = self.make(self.seeds[0])
+            phases.mark("reference: inputs")
             first = self._eager_peak(inputs)
             self.plan = self._plan(inputs, first, checking)
             self.chunk = chunk_elements(self.plan.eager_peak, device.type)
@@ -268,6 +269,7 @@ class Reference:
         workspaces, lazily loaded code), which is the process's memory, not the problem's."""
         with torch.no_grad(), OpRecorder():  # the dispatch mode's first use costs the process ~70 MB, once
             runtime_checks.poison_tensors(correctness.flatten_outputs(self.model(*inputs)))
+        self.phases.mark("reference: first call")
         held = sum(t.numel() * t.element_size() for t in [*self.model.parameters(), *self.model.buffers()])
         held += sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
         self.meter.rebase(held)
@@ -300,14 +302,13 @@ class Reference:
         try:
             with memory_cap(self.device, room), _in_float64(self.model), torch.no_grad():
                 outs64 = correctness.flatten_outputs(self.model(*correctness.to_float64(self.make(self.seeds[0]))))
-            parked = [o.detach().to("cpu") if self.device.type == "cuda" else o.detach() for o in outs64]
+            parked = [to_host(o) if self.device.type == "cuda" else o.detach() for o in outs64]
             del outs64
-            answers = self.answers.get(0)
             deviation = []
-            for e, x in zip(answers, parked, strict=True):
+            for e, x in zip(self.answers.view(0), parked, strict=True):
                 d = torch.empty(e.shape, dtype=e.dtype, device=self.device)
-                for pe, pd, px in correctness.pieces([e, d, x], self.chunk):
-                    pd.copy_(px.to(self.device) - pe.double())
+                for pd, pe, px in correctness.pieces([d, e, x], self.chunk):
+                    pd.copy_(px - pe.double())
                 deviation.append(d)
         except Exception as exc:  # reported in the result; the float64 error column then stays empty
             self.notes.append(f"float64 reference unavailable: {describe(exc)}")
@@ -315,8 +316,9 @@ class Reference:
         self.answers.put("float64", deviation)
 
     def deviations(self) -> list[torch.Tensor] | None:
-        """The first check's float64 deviation on the device, where there is one."""
-        return self.answers.get("float64") if "float64" in self.answers else None
+        """The first check's float64 deviation, where there is one: on the device or parked (read a piece at a
+        time)."""
+        return self.answers.view("float64") if "float64" in self.answers else None
 
     def inputs_for(self, i: int | str, into: list[Any] | None) -> list[Any]:
         """Check ``i``'s inputs, written into ``into`` (the same buffers, new values) or into new buffers (None).
@@ -434,7 +436,10 @@ class CandidateRun:
 
     def compare(self, actual: list[Any], key: int | str, seed: int) -> CheckResult:
         deviation = self.ref.deviations() if key == 0 else None
-        return correctness.compare(actual, self.ref.answers.get(key), deviation, self.job.policy, seed, self.ref.chunk)
+        answers = self.ref.answers
+        return correctness.compare(
+            actual, answers.view(key), deviation, self.job.policy, seed, self.ref.chunk, answers.devices(key)
+        )
 
     def _watched(self, key: int | str, what: str, poison_value: float = float("nan")) -> tuple[list[Any], list[int]]:
         """Check ``key``'s inputs in the one input set, a call on them; the outputs and the inputs it changed."""
@@ -461,7 +466,7 @@ class CandidateRun:
     def _judge_right_answer(self, i: int, actual: list[Any], first: bool) -> None:
         """What a right answer can still hide: another memory layout (said once), or a constant passing only
         because the problem's output hardly varies. A method of its own, so the answer it fetched goes with it."""
-        expected = self.ref.answers.get(i)
+        expected = self.ref.answers.view(i)
         if first:  # the layout is the candidate's, not the seed's
             self.ref.warnings += correctness.layout_differences(actual, expected)
         for a, e in zip(actual, expected, strict=True):

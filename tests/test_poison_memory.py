@@ -36,8 +36,10 @@ def test_poisoning_before_each_of_many_calls_keeps_the_memory_held_to_what_the_c
         assert torch.equal(out, x * 2)
         del out
         reserved.append(torch.cuda.memory_reserved(device))
-    # At most the input, one output and the output-sized block poisoned while no free block held it.
-    assert max(reserved) <= 3 * 64 * MIB + 8 * MIB, [r // MIB for r in reserved]
+    # What the loop itself holds at once: the input, the output, the check's x * 2 and torch.equal's 16 MiB mask, and
+    # a 2 MiB segment of the small pool; poisoning may add one output-sized block where no free one held it.
+    needs = 3 * 64 * MIB + 16 * MIB + 2 * MIB
+    assert max(reserved) <= needs + 64 * MIB, [r // MIB for r in reserved]
     assert reserved[-1] == reserved[2]  # steady from the third call on
 
 

@@ -3,9 +3,12 @@
 Every check's expected outputs are computed up front, so a candidate that patches torch cannot change them; holding
 them all on the device would cost ``n_checks`` outputs. ``AnswerStore`` keeps each set on the device while the memory
 plan's allowance has room (``tools.memory.Plan``) and parks the rest: in host memory for a GPU job, in an unlinked
-scratch file for a CPU job (whose host memory is its device memory). ``get`` brings a set back to the device for the
-one comparison that needs it; the caller drops it afterwards. A parked tensor's device copy is poisoned before it is
-freed, so memory a candidate never wrote cannot hold a right answer.
+scratch file for a CPU job (whose host memory is its device memory). A GPU job parks in page-locked memory, which moves
+at the bus's full speed: ``view`` hands such a set out where it is, for comparisons that copy it to the device a piece
+at a time (``tools.correctness.pieces``), so a parked answer never needs a whole output's room on the device again.
+``get`` brings a set back to the device whole (a CPU job's file, or a caller that needs the tensors there); the
+caller drops it afterwards. A parked tensor's device copy is poisoned before it is freed, so memory a candidate
+never wrote cannot hold a right answer.
 """
 
 from __future__ import annotations
@@ -25,9 +28,16 @@ class _Parked:
     shape: tuple[int, ...]
     stride: tuple[int, ...]
     dtype: torch.dtype
+    device: torch.device
     host: torch.Tensor | None = None
     offset: int = 0
     nbytes: int = 0
+
+
+def to_host(t: torch.Tensor) -> torch.Tensor:
+    """A copy of a device tensor in page-locked host memory, in its layout: both ways at the bus's speed, where
+    pageable memory moves at a fraction of it."""
+    return torch.empty_like(t, device="cpu", pin_memory=True).copy_(t.detach())
 
 
 def poison(t: torch.Tensor) -> None:
@@ -73,6 +83,22 @@ class AnswerStore:
         """The set on the device: the stored tensors themselves, or fresh copies of parked ones."""
         return [self._unpark(v) if isinstance(v, _Parked) else v for v in self._sets[key]]
 
+    def view(self, key: Any) -> list[Any]:
+        """The set for reading a piece at a time: tensors on the device, in host memory where a GPU job parked them
+        (read-only: the store still holds them), or brought back from a CPU job's file. ``devices`` says where
+        each belongs."""
+        return [
+            (v.host if v.host is not None else self._unpark(v)) if isinstance(v, _Parked) else v
+            for v in self._sets[key]
+        ]
+
+    def devices(self, key: Any) -> list[torch.device | None]:
+        """The device each value of a set was computed on (None for a value that is not a tensor)."""
+        return [
+            v.device if isinstance(v, _Parked | torch.Tensor) else None  # type: ignore[union-attr]
+            for v in self._sets[key]
+        ]
+
     def drop(self, key: Any) -> None:
         for v in self._sets.pop(key):
             if isinstance(v, torch.Tensor):
@@ -90,9 +116,9 @@ class AnswerStore:
 
     def _park(self, t: torch.Tensor) -> _Parked:
         t = t.detach()
-        layout = {"shape": tuple(t.shape), "stride": tuple(t.stride()), "dtype": t.dtype}
+        layout = {"shape": tuple(t.shape), "stride": tuple(t.stride()), "dtype": t.dtype, "device": t.device}
         if t.device.type == "cuda":
-            parked = _Parked(**layout, host=t.to("cpu"))
+            parked = _Parked(**layout, host=to_host(t))
             poison(t)
             return parked
         # On the CPU the host is the device: write the values to a file nobody can open by name.

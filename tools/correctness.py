@@ -47,25 +47,27 @@ def flatten_outputs(out: Any) -> list[Any]:
     return leaves
 
 
-def pieces(tensors: list[torch.Tensor], limit: int) -> Iterator[list[torch.Tensor]]:
-    """Matching 1-D pieces of same-shaped tensors, at most ``limit`` elements each, in order.
+def pieces(tensors: list[torch.Tensor], limit: int, device: torch.device | None = None) -> Iterator[list[torch.Tensor]]:
+    """Matching 1-D pieces of same-shaped tensors, at most ``limit`` elements each, in order, each on ``device``
+    (default: the first tensor's), so an answer parked in host memory is compared without a whole copy of it there.
 
     Splits along the leading dims, so a non-contiguous tensor (a transposed answer) is copied a piece at a time.
     """
     first = tensors[0]
+    to = first.device if device is None else device
     if first.dim() == 0 or first.numel() <= limit:
         if first.numel():
-            yield [t.reshape(-1) for t in tensors]
+            yield [t.reshape(-1).to(to) for t in tensors]
         return
     rows = first.shape[0]
     per_row = first.numel() // rows
     if per_row > limit:
         for i in range(rows):
-            yield from pieces([t[i] for t in tensors], limit)
+            yield from pieces([t[i] for t in tensors], limit, to)
         return
     step = max(1, limit // per_row)
     for i in range(0, rows, step):
-        yield [t[i : i + step].reshape(-1) for t in tensors]
+        yield [t[i : i + step].reshape(-1).to(to) for t in tensors]
 
 
 class _Max:
@@ -83,11 +85,11 @@ class _Max:
         return 0.0 if self._best is None else float(self._best)
 
 
-def _structure(got: list[Any], expected: list[torch.Tensor]) -> str | None:
-    """Why ``got`` cannot be compared value by value with ``expected``, or None."""
+def _structure(got: list[Any], expected: list[torch.Tensor], devices: list[Any]) -> str | None:
+    """Why ``got`` cannot be compared value by value with ``expected`` (which belong on ``devices``), or None."""
     if len(got) != len(expected):
         return f"returned {len(got)} outputs, the reference {len(expected)}"
-    for i, (a, e) in enumerate(zip(got, expected, strict=True)):
+    for i, (a, e, device) in enumerate(zip(got, expected, devices, strict=True)):
         where = f"output {i}" if len(expected) > 1 else "output"
         if type(a) not in (torch.Tensor, torch.nn.Parameter):  # subclasses could compute lazily
             return f"{where} is a {type(a).__name__}, not a plain torch.Tensor"
@@ -95,14 +97,14 @@ def _structure(got: list[Any], expected: list[torch.Tensor]) -> str | None:
             return f"{where} has shape {tuple(a.shape)}, expected {tuple(e.shape)}"
         if a.dtype != e.dtype:
             return f"{where} has dtype {a.dtype}, expected {e.dtype}"
-        if a.device != e.device:
-            return f"{where} is on {a.device}, expected {e.device}"
+        if a.device != device:
+            return f"{where} is on {a.device}, expected {device}"
     return None
 
 
 def _compare_integers(a: torch.Tensor, e: torch.Tensor, where: str, seed: int, limit: int) -> CheckResult | None:
     """Integers and booleans must match exactly (through float64, int64 values above 2**53 would round together)."""
-    wrong = torch.zeros((), dtype=torch.int64, device=e.device)
+    wrong = torch.zeros((), dtype=torch.int64, device=a.device)
     worst = _Max()
     for pa, pe in pieces([a.detach(), e], limit):
         differ = pa != pe
@@ -126,14 +128,18 @@ def compare(
     policy: Policy,
     seed: int,
     limit: int = 1 << 22,
+    devices: list[Any] | None = None,
 ) -> CheckResult:
     """Compare one call's outputs; the first mismatch found is the reason.
 
+    ``expected`` (and ``deviation``) may wait in host memory (``tools.answers.AnswerStore.view``): they are compared
+    on the candidate's device a piece at a time. ``devices``: the device each expected output belongs on (default:
+    where each is).
     ``deviation``: per output, the float64 reference minus ``expected`` (kept in the outputs' dtype: it is small, so
     little of it rounds away), from which the errors against float64 are measured; None where there is none.
     """
     got = flatten_outputs(actual)
-    why = _structure(got, expected)
+    why = _structure(got, expected, devices or [e.device for e in expected])
     if why:
         return CheckResult(seed=seed, passed=False, reason=why)
     worst_abs = worst_rel = worst64 = ref64 = 0.0
@@ -145,7 +151,7 @@ def compare(
             if failed:
                 return failed
             continue
-        zero = torch.zeros((), dtype=torch.int64, device=e.device)
+        zero = torch.zeros((), dtype=torch.int64, device=a.device)
         nans, infs, n_bad = zero.clone(), zero.clone(), zero.clone()
         diff_max, rel_max, cand64, own64 = _Max(), _Max(), _Max(), _Max()
         dev = deviation[i] if deviation is not None else None

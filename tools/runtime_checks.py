@@ -571,22 +571,23 @@ def poison_tensors(tensors: list[Any]) -> None:
 # -------------------------------------------------------------------------------- constant output
 
 
-def _mean_and_spread(e: torch.Tensor, limit: int) -> tuple[float, float]:
-    """Mean and standard deviation of ``e`` in float64, a piece at a time."""
-    total = torch.zeros((), dtype=torch.float64, device=e.device)
-    for (p,) in pieces([e], limit):
+def _mean_and_spread(e: torch.Tensor, limit: int, device: torch.device | None = None) -> tuple[float, float]:
+    """Mean and standard deviation of ``e`` in float64, a piece at a time on ``device`` (default: ``e``'s)."""
+    device = e.device if device is None else device
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    for (p,) in pieces([e], limit, device):
         total += p.double().sum()
     mean = float(total) / e.numel()
-    squares = torch.zeros((), dtype=torch.float64, device=e.device)
-    for (p,) in pieces([e], limit):
+    squares = torch.zeros((), dtype=torch.float64, device=device)
+    for (p,) in pieces([e], limit, device):
         squares += (p.double() - mean).square().sum()
     return mean, (float(squares) / e.numel()) ** 0.5
 
 
-def _all_near(e: torch.Tensor, value: float, atol: float, rtol: float, limit: int) -> bool:
-    """Is every value of ``e`` within ``atol + rtol·|e|`` of ``value``?"""
-    far = torch.zeros((), dtype=torch.int64, device=e.device)
-    for (p,) in pieces([e], limit):
+def _all_near(e: torch.Tensor, value: float, atol: float, rtol: float, limit: int, device: torch.device) -> bool:
+    """Is every value of ``e`` within ``atol + rtol·|e|`` of ``value``? Computed on ``device``."""
+    far = torch.zeros((), dtype=torch.int64, device=device)
+    for (p,) in pieces([e], limit, device):
         p64 = p.double()
         far += ((p64 - value).abs() > atol + rtol * p64.abs()).sum()
     return not int(far)
@@ -603,7 +604,7 @@ def degenerate_warnings(expected: list[torch.Tensor], policy: Policy, limit: int
         mean, std = _mean_and_spread(e, limit)
         if std <= 1e-6 * max(abs(mean), 1e-30):
             out.append(f"degenerate problem: {where} is nearly constant (mean {mean:.3g}, std {std:.3g})")
-        elif _all_near(e, mean, atol, rtol, limit):
+        elif _all_near(e, mean, atol, rtol, limit, e.device):
             out.append(
                 f"degenerate problem: a constant ({mean:.3g}) passes the {policy} tolerance (atol={atol:g}) on "
                 f"every value of {where}; kernels are also held to tracking its variation"
@@ -617,14 +618,16 @@ def constant_output(
     """Why ``actual`` passes only because ``expected`` is within the tolerance of a constant, or None.
 
     Applies where a constant passes: then the candidate's error must be well below the reference's
-    own variation (relative RMS error under 0.5; a constant scores 1 or more, real kernels ~1e-3).
+    own variation (relative RMS error under 0.5; a constant scores 1 or more, real kernels ~1e-3). Computed on
+    ``actual``'s device (``expected`` may wait in host memory).
     """
     if not (expected.is_floating_point() and expected.numel() > 1):
         return None
-    mean, spread = _mean_and_spread(expected, limit)
-    if spread == 0.0 or not _all_near(expected, mean, atol, rtol, limit):
+    device = actual.device
+    mean, spread = _mean_and_spread(expected, limit, device)
+    if spread == 0.0 or not _all_near(expected, mean, atol, rtol, limit, device):
         return None
-    squares = torch.zeros((), dtype=torch.float64, device=expected.device)
+    squares = torch.zeros((), dtype=torch.float64, device=device)
     for a, e in pieces([actual.detach(), expected], limit):
         squares += (a.double() - e.double()).square().sum()
     ratio = (float(squares) / expected.numel()) ** 0.5 / spread
