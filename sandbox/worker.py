@@ -205,23 +205,28 @@ class Reference:
             self.model = build_model(self.module.Model, self.init, device, job.seed)
             self.recorder = OpRecorder()
             self.seeds = [job.seed * 1_000_003 + i + 1 for i in range(job.n_checks if checking else 1)]
-            inputs = self.make(self.seeds[0])
+            with meter.window(self.memory, "make_peak", since=meter.current()):
+                inputs = self.make(self.seeds[0])
             phases.mark("reference: inputs")
             first = self._eager_peak(inputs)
+            phases.mark("reference: one eager call")
             self.plan = self._plan(inputs, first, checking)
             self.chunk = chunk_elements(self.plan.eager_peak, device.type)
             self.prints = [correctness.fingerprints(inputs, self.chunk)]
-            self.reproducible = self.prints[0] == correctness.fingerprints(self.make(self.seeds[0]), self.chunk)
-            if not self.reproducible:
-                self.notes.append("get_inputs() is not reproducible from torch's seed: each check's inputs are kept")
-            phases.mark("reference: one eager call")
             self.like = [torch.empty_like(o, device="meta") for o in first if isinstance(o, torch.Tensor)]
             self.atol, self.rtol = correctness.tolerance(job.policy, self.like[0].dtype)
             self.warnings = runtime_checks.degenerate_warnings(first, job.policy, self.chunk)
             self.answers = AnswerStore(device, self.plan.allowance, os.environ.get("HOME"))
             if checking:
-                self._keep(0, first, inputs)
-            del inputs, first
+                self.answers.put(0, first)
+            del first  # stored: the set made again below is held beside the inputs alone, as a check's refill is
+            self.reproducible = self.prints[0] == correctness.fingerprints(self.make(self.seeds[0]), self.chunk)
+            if not self.reproducible:
+                self.notes.append("get_inputs() is not reproducible from torch's seed: each check's inputs are kept")
+                if checking:
+                    self.answers.put(("inputs", 0), inputs)
+            del inputs
+            phases.mark("reference: inputs made again")
             if self.plan.float64:
                 self._float64()
                 phases.mark("reference: float64")
@@ -284,7 +289,15 @@ class Reference:
 
         params = sum(t.numel() * t.element_size() for t in [*self.model.parameters(), *self.model.buffers()])
         n = len(self.seeds) if checking else 0
-        return make_plan(self.memory["eager_peak"], params, size(inputs), size(outs), n, self.device.type)
+        return make_plan(
+            self.memory["eager_peak"],
+            params,
+            size(inputs),
+            size(outs),
+            n,
+            self.device.type,
+            make_peak=self.memory["make_peak"],
+        )
 
     def _keep(self, i: int, outs: list[Any], inputs: list[Any]) -> None:
         self.answers.put(i, outs)

@@ -5,7 +5,8 @@ temporaries (``ProblemInfo.eager_peak_bytes``, from the meta pass; the worker me
 evaluation keeps its memory proportional to ``E`` however many checks it runs:
 
 - one input set, refilled in place for every check and every timed trial (fresh values in the same buffers: an
-  answer cached by address or identity is then a wrong answer);
+  answer cached by address or identity is then a wrong answer); a refill holds the buffers beside what one
+  ``get_inputs()`` call needs at its peak (``M``: its inputs and any temporaries it makes them with);
 - the current check's answer beside the candidate's output (the harness lets go of each output before the next call,
   and follows the last one's storage weakly: one still alive then was kept by the candidate);
 - the other checks' answers on the device only while the whole stays within ``TARGET × E``; the rest wait in host
@@ -62,6 +63,7 @@ class Plan:
     params: int
     inputs: int
     outputs: int
+    make_peak: int  # one get_inputs() call's peak: the inputs it returns and the temporaries it made them with
     answers: tuple[int, ...]
     fixed: int
     float64: bool
@@ -70,8 +72,13 @@ class Plan:
     @property
     def allowance(self) -> int:
         """Device bytes for stored answers: what keeps a check (one eager call, its answer beside the candidate's
-        output) within TARGET eager peaks."""
-        return max(0, int((TARGET - 1) * self.eager_peak) - self.outputs)
+        output; or the refill of the input set) within TARGET eager peaks."""
+        return max(0, int(TARGET * self.eager_peak) - max(self.eager_peak + self.outputs, self._refill))
+
+    @property
+    def _refill(self) -> int:
+        """The input set beside a new one being made (a check's, a timed trial's)."""
+        return self.inputs + self.make_peak
 
     @property
     def on_device(self) -> tuple[bool, ...]:
@@ -103,15 +110,22 @@ class Plan:
         first = self.answers[0] if self.answers and self.on_device[0] else 0
         beside = 2 * self.outputs if self.device == "cpu" else self.scratch
         deviation = self.params + 2 * self.outputs + beside
-        return self.fixed + max(2 * self.eager_peak + first, 2 * self.params + 3 * self.inputs, deviation)
+        made = first + 2 * self.params + max(self.make_peak, 3 * self.inputs)  # made in float32, then cast
+        return self.fixed + max(2 * self.eager_peak + first, made, deviation)
 
     def phases(self) -> dict[str, int]:
         """Each phase's peak on the device, the fixed buffers included."""
         e, stored = self.eager_peak, self.device_answer_bytes
+        call = e + self.outputs + self.scratch  # a call beside the answer or the previous output
+        flush, refill = (
+            FLUSH_BYTES[self.device],
+            self._refill + self.outputs,
+        )  # a trial's refill: beside the output kept
         phases = {
-            "reference": e + stored,
-            "checks": e + self.outputs + stored + self.scratch,
-            "timing": e + self.outputs + self.scratch + FLUSH_BYTES[self.device],
+            "reference": stored + max(e, self.make_peak),
+            "checks": stored + max(call, self._refill),
+            # A GPU timer frees its flush buffer while a trial's inputs are made (tools.timing); a CPU timer keeps it.
+            "timing": max(flush + call, refill) if self.device == "cuda" else flush + max(call, refill),
         }
         out = {name: self.fixed + peak for name, peak in phases.items()}
         if self.float64:
@@ -124,23 +138,31 @@ class Plan:
 
 
 def make_plan(
-    eager_peak: int, params: int, inputs: int, outputs: int, n_checks: int, device: str, float64: bool = True
+    eager_peak: int,
+    params: int,
+    inputs: int,
+    outputs: int,
+    n_checks: int,
+    device: str,
+    float64: bool = True,
+    make_peak: int = 0,
 ) -> Plan:
     """The plan of a job with ``n_checks`` checks (0: a baseline, which times the reference alone), its answers in the
     order the worker stores them: the first check's, its float64 deviation, the other checks', the second shape's
-    (at most a full set).
+    (at most a full set). ``make_peak``: one ``get_inputs()`` call's peak (at least the inputs; 0: not measured).
 
     The float64 reference runs where its phase fits within ``CAP`` eager peaks (a reduction of one large input to a
     scalar casts three input sizes' worth; float64 would be the whole job's peak there, for a column of the report),
     and not at all with ``float64`` False (the plan of a job whose float64 run was refused at run time).
     """
     eager_peak = max(eager_peak, params + inputs + outputs)
+    make_peak = max(make_peak, inputs)
     checking = n_checks > 0
     answers = (outputs,) * n_checks + (outputs,) * checking
 
     def plan(float64: bool) -> Plan:
         slots = (*answers[:1], outputs, *answers[1:]) if float64 else answers
-        return Plan(eager_peak, params, inputs, outputs, slots, FIXED_BYTES[device], float64, device)
+        return Plan(eager_peak, params, inputs, outputs, make_peak, slots, FIXED_BYTES[device], float64, device)
 
     with_float64 = plan(checking and float64)
     if with_float64.float64 and with_float64.float64_peak() > FIXED_BYTES[device] + CAP * eager_peak:

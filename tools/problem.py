@@ -60,6 +60,11 @@ class ProblemInfo(BaseModel):
         description="bytes alive at the peak of one eager forward: parameters, inputs, temporaries and output, from "
         "the storages the metadata pass kept alive (0: not measured, in records saved before it was)",
     )
+    inputs_peak_bytes: int = Field(
+        0,
+        description="bytes alive at the peak of one get_inputs() call: the inputs it returns and the temporaries it "
+        "made them with (0: not measured)",
+    )
 
     @property
     def input_bytes(self) -> int:
@@ -243,13 +248,15 @@ def _stage(stage: str, fn: Callable[[], Any]) -> Any:
 
 def _analyse(
     module: types.ModuleType, filename: str, device: str
-) -> tuple[list[Any], list[Any], nn.Module, Counter[str], int, int]:
+) -> tuple[list[Any], list[Any], nn.Module, Counter[str], int, int, int]:
     init = _stage("get_init_inputs()", module.get_init_inputs)
     if not isinstance(init, list | tuple):
         raise ProblemError(f"{filename}: get_init_inputs() must return a list, got {type(init).__name__}")
 
+    made = _LiveBytes([])
+
     def raw_inputs() -> Any:
-        with torch.device(device):
+        with torch.device(device), made:
             return module.get_inputs()
 
     inputs = _check_inputs(_stage("get_inputs()", raw_inputs), filename)
@@ -264,7 +271,7 @@ def _analyse(
             return model(*inputs)
 
     outputs, _ = tree_flatten(_stage("Model.forward", forward))
-    return inputs, outputs, model, recorder.ops, flop_counter.get_total_flops(), live.peak
+    return inputs, outputs, model, recorder.ops, flop_counter.get_total_flops(), live.peak, made.peak
 
 
 def _input_bytes_on_meta(module: types.ModuleType) -> int | None:
@@ -311,7 +318,7 @@ def load_problem(path: str | Path) -> Problem:
 # The metadata pass runs the whole forward on meta tensors: level 3's recurrent networks unroll into ~50,000 ops
 # there (15-55 s each), and a batch loads a problem three times. Its result depends on the source and torch alone;
 # ANALYSIS names what the pass records, so a change to it never reads a stale record.
-ANALYSIS = "2"  # 2: eager_peak_bytes
+ANALYSIS = "3"  # 2: eager_peak_bytes; 3: inputs_peak_bytes
 
 
 def _info_file(sha256: str) -> Path:
@@ -335,7 +342,7 @@ def _describe(module: types.ModuleType, path: Path, source: str, sha256: str) ->
     filename = str(path)
     analysed_on = "meta"
     try:
-        inputs, outputs, model, ops, flops, eager_peak = _analyse(module, filename, "meta")
+        inputs, outputs, model, ops, flops, eager_peak, inputs_peak = _analyse(module, filename, "meta")
     except _StageError as meta_exc:
         # Some ops have no meta kernel (data-dependent shapes, .item()): redo the pass on real CPU
         # tensors, which also reports genuine errors in the file with the CPU's message.
@@ -346,7 +353,7 @@ def _describe(module: types.ModuleType, path: Path, source: str, sha256: str) ->
             ) from meta_exc
         analysed_on = "cpu"
         try:
-            inputs, outputs, model, ops, flops, eager_peak = _analyse(module, filename, "cpu")
+            inputs, outputs, model, ops, flops, eager_peak, inputs_peak = _analyse(module, filename, "cpu")
         except _StageError as exc:
             raise ProblemError(f"{filename}: {exc}") from exc
 
@@ -372,6 +379,7 @@ def _describe(module: types.ModuleType, path: Path, source: str, sha256: str) ->
         aten_ops=dict(ops.most_common()),
         analysed_on=analysed_on,
         eager_peak_bytes=eager_peak,
+        inputs_peak_bytes=inputs_peak,
     )
 
 
@@ -380,7 +388,14 @@ def working_set_bytes(info: ProblemInfo, n_checks: int = 5, device: str = "cuda"
     (``float64`` False: the plan of a job that did not run the float64 reference)."""
     i = info
     return make_plan(
-        i.eager_peak_bytes, i.parameter_bytes, i.input_bytes, i.output_bytes, n_checks, device, float64
+        i.eager_peak_bytes,
+        i.parameter_bytes,
+        i.input_bytes,
+        i.output_bytes,
+        n_checks,
+        device,
+        float64,
+        make_peak=i.inputs_peak_bytes,
     ).peak
 
 
