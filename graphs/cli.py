@@ -494,6 +494,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     except ImportError:
         line("cupy", "not installed (needed to run CUDA candidates: pip install 'kernelforge[gpu]')")
     line("ncu", _ncu_status())
+    line("containment", _containment_status())
     line("docker", _docker_status())
     # The keys were taken out of the environment when kforge started: ask the store that holds them.
     held = keys.held()
@@ -510,6 +511,15 @@ def _ncu_status() -> str:
     except ncu.NcuError:
         return "not found (`kforge profile` and `kforge run --ncu` need Nsight Compute)"
     return f"{ncu.version(path)} ({path})"
+
+
+def _containment_status() -> str:
+    from sandbox import contain
+
+    got = contain.probe()
+    if got == contain.NAMESPACES:
+        return f"local CPU jobs get their own {got} namespaces"
+    return f"{got}: local jobs run without their own PID, network, IPC and mount namespaces"
 
 
 def _docker_status() -> str:

@@ -51,6 +51,14 @@ class LocalSandboxConfig(BaseModel):
     device_turns: bool = Field(
         True, description="take host-wide turns on each device: a timing job holds its device alone (sandbox.devices)"
     )
+    contain: bool = Field(
+        True,
+        description="run each CPU job in its own PID, network, IPC and mount namespaces (sandbox.contain) where the "
+        "kernel allows; a job's result says what it got",
+    )
+    contain_cuda: bool = Field(
+        False, description="contain CUDA jobs too (off until verified on a GPU machine: bench/RESULTS.md)"
+    )
     output_tail_bytes: int = 4096
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import structlog
 
+from sandbox import contain
 from sandbox.channel import KEY_BYTES
 from sandbox.config import LocalSandboxConfig
 from sandbox.devices import HostDevices
@@ -176,7 +177,10 @@ class LocalSandbox:
         with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
             try:
                 fds = [key_r, out.fileno(), err.fileno(), write_fd]
-                proc = self._launch(job, scratch, fds, job_path, self._env(scratch, gpu))
+                env = self._env(scratch, gpu)
+                if self.config.contain and (job.device == "cpu" or self.config.contain_cuda):
+                    env[contain.REQUEST] = "1"
+                proc = self._launch(job, scratch, fds, job_path, env)
             finally:
                 os.close(key_r)
                 os.close(write_fd)

@@ -29,7 +29,7 @@ from pydantic import TypeAdapter
 from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from sandbox import profiling
+from sandbox import contain, profiling
 from sandbox.channel import KEY_BYTES, make_sender
 from sandbox.protocol import (
     AnyJob,
@@ -153,6 +153,8 @@ def environment(device: torch.device) -> dict[str, str]:
     else:
         env["cpu"] = cpu_name()
         env["threads"] = str(torch.get_num_threads())
+    if contain.ENV in os.environ:
+        env["containment"] = os.environ[contain.ENV]
     return env
 
 
@@ -803,6 +805,8 @@ def main(argv: list[str] | None = None) -> int:
         "--result-fd", required=True, type=int, help="inherited pipe for the signed verdict (1: this stdout)"
     )
     args = parser.parse_args(argv)
+    if os.environ.get(contain.REQUEST) == "1":  # the local backend's jobs: before anything of the job is read
+        contain.enter()
     key = _read_key()
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)

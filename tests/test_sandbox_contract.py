@@ -219,6 +219,10 @@ def test_children_left_behind_are_killed(sandbox: Sandbox) -> None:
     if hasattr(sandbox, "leftovers"):  # the container's own accounting
         assert sandbox.leftovers() == ([], [])  # type: ignore[attr-defined]
         return
+    if result.environment.get("containment", "").startswith("pid"):
+        # The pid it printed is its namespace's, not the host's; the namespace's end kills every process in it
+        # (tests/test_local_containment.py: a daemon that would write after its job never does).
+        return
     pid = int(re.search(r"CHILD (\d+)", printed(result)).group(1))  # type: ignore[union-attr]
     # SIGKILL lands asynchronously and zombies reaped by init linger a moment: give it 5 s to be gone.
     status = Path(f"/proc/{pid}/status")

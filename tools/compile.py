@@ -25,7 +25,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from tools.errors import CompileError, EnvironmentProblem
-from tools.paths import cache_dir, write_atomic
+from tools.paths import cache_dir, unique_suffix, write_atomic
 
 DEFAULT_ARCH = "sm_90a"
 # NVRTC reports `name(LINE): error: message`; gcc/clang report `name:LINE:COL: error: message`.
@@ -284,7 +284,7 @@ def build_c(
     suffix = ".c" if lang == "c" else ".cpp"
     src_path = folder / f"{key}{suffix}"
     write_atomic(src_path, source.encode())
-    tmp_lib = folder / f".{key}.{os.getpid()}.so"
+    tmp_lib = folder / f".{key}.{unique_suffix()}.so"
     start = time.perf_counter()
     proc = subprocess.run(
         [compiler, *args, "-o", str(tmp_lib), str(src_path)], capture_output=True, text=True, check=False

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -20,9 +21,15 @@ def cache_dir(*parts: str) -> Path:
     return path
 
 
+def unique_suffix() -> str:
+    """A name part no concurrent process shares: a pid alone repeats (every contained job is process 1 of its own
+    PID namespace, sandbox.contain)."""
+    return f"{os.getpid()}-{secrets.token_hex(6)}"
+
+
 def write_atomic(path: Path, data: bytes) -> None:
     """Write through a temporary file and rename, so that concurrent jobs never read half a file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{unique_suffix()}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
 

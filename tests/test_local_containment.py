@@ -1,0 +1,120 @@
+"""The local backend's containment (sandbox.contain), for real: a job in its own PID, network, IPC and mount
+namespaces cannot reach the host's listeners or processes, leaves no daemon and no /dev/shm file behind, and says
+what it got. Both ways the backend starts a worker: forked from the fork server, and as a new interpreter.
+
+Each fixture in tests/fixtures/contain is an attack; the test fills in the one constant it needs (a port, a pid, a
+path) and judges by what happened on the host, not by the fixture's words alone.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from sandbox import contain
+from sandbox.config import LocalSandboxConfig
+from sandbox.local import LocalSandbox
+from sandbox.protocol import EvalJob, JobResult, TimingConfig
+from tests.conftest import FIXTURES, PROBLEMS
+
+ATTACKS = FIXTURES / "contain"
+SANDBOXES = {
+    "prefork": LocalSandbox(LocalSandboxConfig(prefork=True)),
+    "subprocess": LocalSandbox(LocalSandboxConfig(prefork=False)),
+}
+
+
+PROBED = contain.probe()
+pytestmark = pytest.mark.skipif(PROBED != contain.NAMESPACES, reason=f"no namespaces here: {PROBED}")
+
+
+@pytest.fixture(params=sorted(SANDBOXES))
+def sandbox(request: pytest.FixtureRequest) -> LocalSandbox:
+    return SANDBOXES[request.param]
+
+
+def run(sandbox: LocalSandbox, attack: str, **constants: object) -> JobResult:
+    source = (ATTACKS / attack).read_text()
+    for name, value in constants.items():
+        source, n = re.subn(rf"^{name} = .*$", f"{name} = {value!r}", source, flags=re.MULTILINE)
+        assert n == 1, f"{attack} has no constant {name}"
+    job = EvalJob(
+        problem_name="softmax_small.py",
+        problem_source=(PROBLEMS / "softmax_small.py").read_text(),
+        candidate_name=attack,
+        candidate_source=source,
+        device="cpu",
+        references=["eager"],
+        timing=TimingConfig(min_trials=3, min_seconds=0.0, warmup_trials=1),
+        time_candidate=False,
+        timeout_s=60,
+    )
+    return sandbox.run(job)
+
+
+def test_a_job_says_which_namespaces_it_ran_in(sandbox: LocalSandbox) -> None:
+    result = run(sandbox, "shm_litter.py", NAME=f"kforge-{uuid.uuid4().hex}")
+    assert result.environment.get("containment") == contain.NAMESPACES, result.environment
+
+
+def test_a_listener_on_the_host_s_loopback_is_out_of_reach(sandbox: LocalSandbox) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.settimeout(0.5)
+        result = run(sandbox, "connect_loopback.py", PORT=listener.getsockname()[1])
+        with pytest.raises(TimeoutError):
+            listener.accept()
+    assert "LOOPBACK blocked" in result.stdout_tail, result.stdout_tail
+
+
+def test_a_host_process_cannot_be_signalled_nor_seen(sandbox: LocalSandbox) -> None:
+    victim = subprocess.Popen(["sleep", "60"])
+    try:
+        result = run(sandbox, "signal_host.py", PID=victim.pid)
+        time.sleep(0.2)
+        assert victim.poll() is None, "the job killed a host process"
+    finally:
+        victim.kill()
+        victim.wait()
+    assert "SIGNAL host process out of reach" in result.stdout_tail, result.stdout_tail
+    seen = re.search(r"SEEN (\d+) processes", result.stdout_tail)
+    assert seen is not None and int(seen.group(1)) < 20, result.stdout_tail  # its own few, not the host's
+
+
+def test_a_daemon_dies_with_its_job(sandbox: LocalSandbox, tmp_path: Path) -> None:
+    marker = tmp_path / "daemon-was-here"
+    result = run(sandbox, "daemon_setsid.py", MARKER=str(marker))
+    assert "DAEMON started" in result.stdout_tail, result.stdout_tail + result.stderr_tail
+    time.sleep(3.0)  # the daemon would have written after 2 s
+    assert not marker.exists()
+
+
+def test_dev_shm_is_the_job_s_own_and_goes_with_it(sandbox: LocalSandbox) -> None:
+    name = f"kforge-{uuid.uuid4().hex}"
+    host = Path("/dev/shm") / name
+    host.write_text("the host's\n")
+    try:
+        first = run(sandbox, "shm_litter.py", NAME=name)
+        assert "SHM found=False" in first.stdout_tail, first.stdout_tail  # the host's file is not in its /dev/shm
+        assert host.read_text() == "the host's\n"
+        host.unlink()
+        run(sandbox, "shm_litter.py", NAME=name)
+        assert not host.exists()  # nor did its own land in the host's
+    finally:
+        host.unlink(missing_ok=True)
+
+
+def test_a_job_the_config_leaves_uncontained_reports_no_containment() -> None:
+    sandbox = LocalSandbox(LocalSandboxConfig(prefork=False, contain=False))
+    name = f"kforge-{uuid.uuid4().hex}"
+    try:
+        result = run(sandbox, "shm_litter.py", NAME=name)
+        assert (Path("/dev/shm") / name).exists()  # the host's /dev/shm: what containment prevents
+    finally:
+        (Path("/dev/shm") / name).unlink(missing_ok=True)
+    assert "containment" not in result.environment
