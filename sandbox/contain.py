@@ -1,20 +1,28 @@
-"""Namespaces for a local job: what the worker and the candidate's code can see of the host.
+"""Namespaces for a local job: what the worker and the candidate's code can see of the host and change on it.
 
-``enter`` runs in a job's process just before the worker starts (the fork server's child, or ``preexec_fn`` of a new
-interpreter). It gives the job its own PID, network, IPC and mount namespaces, inside a user namespace where this
-process is not root:
+``enter`` runs first thing in a local job's worker (``sandbox.worker.main``, in both ways the backend starts one). It
+gives the job its own PID, network, IPC and mount namespaces, inside a user namespace where this process is not
+root:
 
 - **PID**: the worker is process 1 of a namespace of its own. Host processes cannot be seen or signalled, and when
   the worker ends the kernel kills every process left in it, a ``setsid`` daemon included.
 - **mount**: a fresh ``/proc`` of that namespace (no other process's ``environ``, no kforge process to read a key
-  from) and a fresh, size-capped ``/dev/shm``, both gone with the job.
+  from), and fresh, size-capped ``/dev/shm`` and ``/tmp``, all gone with the job.
 - **network**: a namespace with only a loopback interface, down: no connection to the host's listeners, on
   127.0.0.1 or anywhere else.
 - **IPC**: System V objects and POSIX message queues of its own.
 
-The files the job can write are not narrowed here (the project, other runs, the caches): that needs a separate
-user, which ``docs/DESIGN.md`` plans. Where the kernel refuses a namespace, the job runs without them and says so in
-its result (``environment["containment"]``).
+A job that will run candidate code (``REQUEST`` is ``"candidate"``) also gets, before any of the job is read:
+
+- **read-only files** but its scratch folder: every other mount is remounted read-only in its namespace (the
+  project, other runs, the shared caches), and the kernel then locks those flags: the job continues in a nested user
+  and mount namespace, where a mount inherited from its parent cannot be made writable again, and no program it
+  starts may gain privileges;
+- **its own /dev**: the few devices a job uses (null, zero, random, the GPU's), so no disk or other host device is
+  there to open, even for a job run by root.
+
+Where the kernel refuses a namespace, the job runs without them and says so in its result
+(``environment["containment"]``).
 """
 
 from __future__ import annotations
@@ -22,18 +30,35 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import shutil
 import signal
+import tempfile
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x8, 0x4000, 0x40000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 0x1, 0x2, 0x4, 0x8, 0x20
+MS_NOATIME, MS_NODIRATIME, MS_BIND, MS_REC, MS_PRIVATE = 0x400, 0x800, 0x1000, 0x4000, 0x40000
+MS_RELATIME, MS_STRICTATIME = 0x200000, 0x1000000
+# The flags a bind remount must repeat: inside a user namespace the kernel refuses to clear them.
+_KEPT_FLAGS = {
+    "nosuid": MS_NOSUID,
+    "nodev": MS_NODEV,
+    "noexec": MS_NOEXEC,
+    "noatime": MS_NOATIME,
+    "nodiratime": MS_NODIRATIME,
+    "relatime": MS_RELATIME,
+    "strictatime": MS_STRICTATIME,
+}
 SHM_SIZE = "256m"  # the job's /dev/shm; scratch files belong in its scratch folder
-REQUEST = "KFORGE_CONTAIN"  # "1": the worker contains itself first (sandbox.worker.main)
+TMP_SIZE = "1g"  # the job's /tmp (its $TMPDIR is in its scratch folder)
+PR_SET_NO_NEW_PRIVS = 38
+REQUEST = "KFORGE_CONTAIN"  # "1": the worker contains itself first (sandbox.worker.main); "candidate": and locks
 ENV = "KFORGE_CONTAINMENT"  # what enter() gave the job: "pid,mount,network,ipc", or "off: <why>"
 NAMESPACES = "pid,mount,network,ipc"
+LOCKED = "read-only but scratch,own /dev"
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -92,25 +117,116 @@ def _wait_and_mirror(pid: int) -> None:
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 70)
 
 
-def _inside() -> str:
-    """In process 1 of the new namespaces: its own /proc and /dev/shm, not shared with the host's mounts. What it
-    got, or what the kernel refused (a container's masked /proc may forbid a new one)."""
+def _mount_points() -> list[tuple[str, int]]:
+    """This namespace's mount points, parents first, each with the flags a remount of it must keep."""
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            # fields[4]: the mount point (octal escapes for spaces), fields[5]: the per-mount options
+            point = fields[4].encode().decode("unicode_escape")
+            flags = 0
+            for option in fields[5].split(","):
+                flags |= _KEPT_FLAGS.get(option, 0)
+            out.append((point, flags))
+    return out
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _read_only_but(scratch: str) -> None:
+    """Every mount read-only in this namespace but ``scratch``, which gets a writable mount of its own; the job's
+    /tmp a fresh tmpfs (``scratch`` carried over where it lies under /tmp)."""
+    _mount(scratch, scratch, None, MS_BIND | MS_REC)
+    for point, flags in _mount_points():
+        if _within(point, "/proc") or _within(point, scratch):
+            continue  # /proc is replaced below; scratch stays writable
+        try:
+            _mount("none", point, None, MS_BIND | MS_REMOUNT | MS_RDONLY | flags)
+        except ContainmentError as exc:
+            if exc.errno not in (errno.ENOENT, errno.EACCES):  # a mount point it cannot reach is not a file it can
+                raise
+    held = os.open(scratch, os.O_PATH | os.O_DIRECTORY)
+    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={TMP_SIZE},mode=1777")
+    if _within(scratch, "/tmp"):
+        os.makedirs(scratch, exist_ok=True)
+        _mount(f"/proc/self/fd/{held}", scratch, None, MS_BIND)
+    os.close(held)
+    os.chdir(scratch)
+
+
+def _lock() -> None:
+    """Make the read-only mounts final: continue in a nested user and mount namespace (the ids mapped one to one),
+    where the kernel locks the flags of every mount inherited from the parent, so not even root inside can make one
+    writable again; and no program the job starts may gain privileges (a set-uid binary runs as the job's user)."""
+    uid, gid = os.geteuid(), os.getegid()
+    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare (lock)")
+    _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/uid_map", f"{uid} {uid} 1")
+    _write("/proc/self/gid_map", f"{gid} {gid} 1")
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+
+
+def _own_dev() -> None:
+    """A /dev of the few devices a job uses (null, zero, full, random, urandom, tty, and the GPU's where there is
+    one), read-only: no disk or other host device is there to open."""
+    names = [n for n in ("null", "zero", "full", "random", "urandom", "tty") if os.path.exists(f"/dev/{n}")]
+    names += sorted(n for n in os.listdir("/dev") if n.startswith("nvidia") and not os.path.isdir(f"/dev/{n}"))
+    held = {n: os.open(f"/dev/{n}", os.O_PATH) for n in names}
+    _mount("tmpfs", "/dev", "tmpfs", MS_NOSUID, "size=1m,mode=0755")
+    for name, fd in held.items():
+        with open(f"/dev/{name}", "w"):
+            pass
+        _mount(f"/proc/self/fd/{fd}", f"/dev/{name}", None, MS_BIND)
+        os.close(fd)
+    os.mkdir("/dev/shm")
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1")):
+        os.symlink(target, f"/dev/{name}")
+    os.symlink("/proc/self/fd/2", "/dev/stderr")
+    _mount("none", "/dev", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID)
+
+
+def _inside(candidate: bool) -> str:
+    """In process 1 of the new namespaces: its own /proc and /dev/shm; for a candidate's job, read-only files but its
+    scratch folder, its own /dev, locked. What it got, or what the kernel refused (a container's masked /proc may
+    forbid a new one)."""
+    scratch = os.getcwd()
+    if candidate and not _is_scratch(scratch):
+        return f"{NAMESPACES}; lock off: {scratch} is not a job's scratch folder"
     try:
         _mount("none", "/", None, MS_REC | MS_PRIVATE)
+        if candidate:
+            _read_only_but(scratch)
+            _own_dev()
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         if os.path.isdir("/dev/shm"):
             _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"size={SHM_SIZE},mode=1777")
     except ContainmentError as exc:
         return f"pid,network,ipc; mount off: {exc.strerror}"
-    return NAMESPACES
+    if not candidate:
+        return NAMESPACES
+    try:
+        _lock()
+    except OSError as exc:
+        return f"{NAMESPACES}; lock off: {exc.strerror or exc}"
+    return f"{NAMESPACES},{LOCKED}"
 
 
-def enter() -> str:
+def _is_scratch(path: str) -> bool:
+    """A folder the backend made for one job (``kforge-*``, this user's alone): the only one ever handed over."""
+    info = os.stat(path)
+    return os.path.basename(path).startswith("kforge-") and info.st_uid == os.geteuid() and info.st_mode & 0o077 == 0
+
+
+def enter(candidate: bool = False) -> str:
     """Contain the calling process, and return (in the contained one) what it got, also left in ``$KFORGE_CONTAINMENT``.
 
     Forks: the caller's process stays outside the new PID namespace, waits for the contained one and exits as it
-    does; ``enter`` returns only in the contained process (PID 1 of its namespace). Where the kernel refuses, nothing
-    has changed and it returns ``"off: <why>"`` in the caller's process.
+    does; ``enter`` returns only in the contained process (PID 1 of its namespace). ``candidate``: the job will run
+    candidate code, and gets read-only files but its scratch folder and its own /dev too. Where the kernel refuses,
+    nothing has changed and it returns ``"off: <why>"`` in the caller's process.
     """
     try:
         _unshare()
@@ -121,24 +237,27 @@ def enter() -> str:
     pid = os.fork()
     if pid:
         _wait_and_mirror(pid)
-    state = _inside()
+    state = _inside(candidate)
     os.environ[ENV] = state
     return state
 
 
 def probe() -> str:
-    """What a job would get on this machine: ``NAMESPACES``, or what is off and why. Tried in a child process, so
-    this one stays as it is."""
+    """What a candidate's job would get on this machine: ``NAMESPACES`` and ``LOCKED``, or what is off and why.
+    Tried in a child process (from a scratch folder of its own), so this one stays as it is."""
+    scratch = tempfile.mkdtemp(prefix="kforge-probe-")
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: contained (or not), it says what it got; its waiter closes its copy of the pipe
         os.close(read_fd)
         try:
-            os.write(write_fd, enter().encode())
+            os.chdir(scratch)
+            os.write(write_fd, enter(candidate=True).encode())
         finally:
             os._exit(0)
     os.close(write_fd)
     with os.fdopen(read_fd, "rb") as pipe:
         said = pipe.read().decode()
     os.waitpid(pid, 0)
+    shutil.rmtree(scratch)
     return said or "off: the probe ended without an answer"

@@ -179,7 +179,8 @@ class LocalSandbox:
                 fds = [key_r, out.fileno(), err.fileno(), write_fd]
                 env = self._env(scratch, gpu)
                 if self.config.contain and (job.device == "cpu" or self.config.contain_cuda):
-                    env[contain.REQUEST] = "1"
+                    runs_candidate = getattr(job, "candidate_source", None) is not None
+                    env[contain.REQUEST] = "candidate" if runs_candidate else "1"
                 proc = self._launch(job, scratch, fds, job_path, env)
             finally:
                 os.close(key_r)

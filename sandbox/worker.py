@@ -805,8 +805,8 @@ def main(argv: list[str] | None = None) -> int:
         "--result-fd", required=True, type=int, help="inherited pipe for the signed verdict (1: this stdout)"
     )
     args = parser.parse_args(argv)
-    if os.environ.get(contain.REQUEST) == "1":  # the local backend's jobs: before anything of the job is read
-        contain.enter()
+    if os.environ.get(contain.REQUEST):  # the local backend's jobs: before anything of the job is read
+        contain.enter(candidate=os.environ[contain.REQUEST] == "candidate")
     key = _read_key()
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)

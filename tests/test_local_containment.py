@@ -22,6 +22,7 @@ from sandbox.config import LocalSandboxConfig
 from sandbox.local import LocalSandbox
 from sandbox.protocol import EvalJob, JobResult, TimingConfig
 from tests.conftest import FIXTURES, PROBLEMS
+from tools.paths import cache_dir
 
 ATTACKS = FIXTURES / "contain"
 SANDBOXES = {
@@ -30,8 +31,9 @@ SANDBOXES = {
 }
 
 
+EVERYTHING = f"{contain.NAMESPACES},{contain.LOCKED}"
 PROBED = contain.probe()
-pytestmark = pytest.mark.skipif(PROBED != contain.NAMESPACES, reason=f"no namespaces here: {PROBED}")
+pytestmark = pytest.mark.skipif(PROBED != EVERYTHING, reason=f"not every namespace here: {PROBED}")
 
 
 @pytest.fixture(params=sorted(SANDBOXES))
@@ -60,7 +62,49 @@ def run(sandbox: LocalSandbox, attack: str, **constants: object) -> JobResult:
 
 def test_a_job_says_which_namespaces_it_ran_in(sandbox: LocalSandbox) -> None:
     result = run(sandbox, "shm_litter.py", NAME=f"kforge-{uuid.uuid4().hex}")
-    assert result.environment.get("containment") == contain.NAMESPACES, result.environment
+    assert result.environment.get("containment") == EVERYTHING, result.environment
+    baseline = sandbox.run(
+        EvalJob(
+            problem_name="softmax_small.py",
+            problem_source=(PROBLEMS / "softmax_small.py").read_text(),
+            device="cpu",
+            references=["eager"],
+            timing=TimingConfig(min_trials=3, min_seconds=0.0, warmup_trials=1),
+            timeout_s=60,
+        )
+    )
+    # No candidate code: the namespaces, but its files as they are (it may write the shared caches).
+    assert baseline.environment.get("containment") == contain.NAMESPACES, baseline.environment
+
+
+def test_nothing_outside_scratch_can_be_written_nor_made_writable(sandbox: LocalSandbox, tmp_path: Path) -> None:
+    tag = uuid.uuid4().hex
+    other_run = tmp_path / "result.json"
+    other_run.write_text("another run's verdict\n")
+    targets = [
+        str(PROBLEMS.parent / f"kforge-escape-{tag}"),  # the project
+        str(other_run),
+        str(cache_dir() / f"kforge-escape-{tag}"),
+        f"/tmp/kforge-escape-{tag}",
+        f"/etc/kforge-escape-{tag}",
+    ]
+    try:
+        result = run(sandbox, "write_files.py", TARGETS=targets)
+        lines = [x for x in result.stdout_tail.splitlines() if x.startswith("WRITE")]
+        # Under /tmp a write may land: in the job's own /tmp, gone with it (the host's is checked below).
+        assert len(lines) == len(targets), result.stdout_tail
+        assert all(": blocked" in x or x.startswith("WRITE /tmp/") for x in lines), result.stdout_tail
+        assert "REMOUNT / Operation not permitted" in result.stdout_tail, result.stdout_tail
+        assert other_run.read_text() == "another run's verdict\n"
+        assert not any(Path(t).exists() for t in targets if t != str(other_run))
+        devices = re.search(r"SCRATCH written, /dev holds (.*)", result.stdout_tail)
+        assert devices is not None, result.stdout_tail + result.stderr_tail
+        allowed = {"null", "zero", "full", "random", "urandom", "tty", "shm", "fd", "stdin", "stdout", "stderr"}
+        assert set(devices.group(1).split()) <= allowed, devices.group(1)  # no disk, no other host device
+    finally:
+        for t in targets:
+            if t != str(other_run):
+                Path(t).unlink(missing_ok=True)
 
 
 def test_a_listener_on_the_host_s_loopback_is_out_of_reach(sandbox: LocalSandbox) -> None:

@@ -25,7 +25,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from tools.errors import CompileError, EnvironmentProblem
-from tools.paths import cache_dir, unique_suffix, write_atomic
+from tools.paths import unique_suffix, writable_cache_dir, write_atomic
 
 DEFAULT_ARCH = "sm_90a"
 # NVRTC reports `name(LINE): error: message`; gcc/clang report `name:LINE:COL: error: message`.
@@ -132,7 +132,7 @@ def nvrtc_compile(
     version = nvrtc_version()
     opts = [f"-arch={arch}", "-std=c++17", *options, *(f"-I{d}" for d in _cuda_include_dirs())]
     key = _digest("nvrtc", version, source, *opts, name, str(line_offset), label or name)
-    folder = cache_dir("nvrtc", key[:2])
+    folder = writable_cache_dir("nvrtc", key[:2])
     meta_path, cubin_path = folder / f"{key}.json", folder / f"{key}.cubin"
     if use_cache and meta_path.exists():
         report = CompileReport.model_validate_json(meta_path.read_text())
@@ -274,7 +274,7 @@ def build_c(
     std = "-std=c11" if lang == "c" else "-std=c++17"
     args = [std, "-shared", "-fPIC", *flags]
     key = _digest("cc", _compiler_version(compiler), source, *args, lang, name)
-    folder = cache_dir("cc", key[:2])
+    folder = writable_cache_dir("cc", key[:2])
     lib_path, meta_path = folder / f"{key}.so", folder / f"{key}.json"
     if use_cache and meta_path.exists():
         report = CompileReport.model_validate_json(meta_path.read_text())

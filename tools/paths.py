@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import os
 import secrets
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -19,6 +20,23 @@ def cache_dir(*parts: str) -> Path:
     path = root.joinpath(*parts)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def writable_cache_dir(*parts: str) -> Path:
+    """``cache_dir(*parts)`` where this process may write there; else a folder of its own under ``$TMPDIR``.
+
+    A contained candidate's job (``sandbox.contain``) sees the shared cache read-only, or not at all: it compiles
+    without it rather than plant what later jobs would load.
+    """
+    try:
+        folder = cache_dir(*parts)
+        if os.access(folder, os.W_OK):
+            return folder
+    except OSError:  # unreadable or read-only: the private folder below
+        pass
+    folder = Path(tempfile.gettempdir(), "kforge-cache", *parts)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def unique_suffix() -> str:
