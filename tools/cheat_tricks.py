@@ -130,6 +130,12 @@ FRAME_ATTRS = {
 }
 FRAME_BUILTINS = {"globals", "vars", "locals"}
 DYNAMIC_BUILTINS = {"exec", "eval", "compile", "__import__"}
+# Callables that read or write attributes by a name given at the call: passed as a value (to functools.reduce, map),
+# they are called with arguments the checks never see.
+REFLECTIVE_CALLABLES = frozenset(
+    {*(f"builtins.{n}" for n in ("getattr", "setattr", "delattr", "vars", "__import__", "eval", "exec")),
+     "operator.attrgetter", "operator.methodcaller", "importlib.import_module"}
+)  # fmt: skip
 PATCHED_ROOTS = ("time", "torch", "cupy", "timeit", "builtins", "numpy", "os", "sys", "tools", "sandbox", "ctypes")
 TIMER_WORDS = ("time", "perf_counter", "monotonic", "synchronize", "elapsed", "Event", "record", "clock")
 GLOBAL_CALLS = {

@@ -52,6 +52,7 @@ from tools.cheat_tricks import (
     PRECISION_METHODS,
     REFERENCE_INHERITANCE,
     REFERENCE_OP,
+    REFLECTIVE_CALLABLES,
     RESULT_CACHE,
     SIDE_STREAM,
     STATUS_KEY,
@@ -70,7 +71,14 @@ from tools.cheat_tricks import (
     heavy_names,
     library_family,
 )
-from tools.module_routes import GATEWAY_MODULES, canonical, gateway_route, import_call, namespace_read
+from tools.module_routes import (
+    GATEWAY_MODULES,
+    NAMESPACE_LINKS,
+    canonical,
+    gateway_route,
+    import_call,
+    namespace_read,
+)
 
 if TYPE_CHECKING:
     from tools.problem import ProblemInfo
@@ -138,6 +146,20 @@ class _Checker(ast.NodeVisitor):
             return f"builtins.{func.id}"
         name = self.dotted(func)
         return canonical(name) if name else None
+
+    def check_name_getter(self, node: ast.Call, callee: str) -> None:
+        """``operator.attrgetter("sys.modules")`` follows a dotted name held in a string: each link is read as a
+        ``getattr`` would be; ``methodcaller``'s method name likewise."""
+        names = node.args if callee.endswith("attrgetter") else node.args[:1]
+        for arg in names:
+            if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
+                self.add(DYNAMIC_CODE, node, f"{callee} with a computed name")
+                continue
+            links = [
+                p for p in arg.value.split(".") if p in GATEWAY_MODULES or p in NAMESPACE_LINKS or p in FRAME_ATTRS
+            ]
+            if links:
+                self.add(FRAME_INSPECTION, node, f"{callee}({arg.value!r}) reads .{links[0]}: other modules or frames")
 
     def in_forward(self) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
         for f in reversed(self.function_stack):
@@ -356,6 +378,12 @@ class _Checker(ast.NodeVisitor):
             elif literal and attr.value in GATEWAY_MODULES:  # type: ignore[union-attr]
                 # getattr(m, "sys") where m is a module the checks lost track of
                 self.add(FRAME_INSPECTION, node, f"reads an attribute named {attr.value}, the module's name")  # type: ignore[union-attr]
+        if callee in ("operator.attrgetter", "operator.methodcaller"):
+            self.check_name_getter(node, callee)
+        for arg in [*node.args, *(k.value for k in node.keywords)]:
+            if isinstance(arg, ast.Name | ast.Attribute) and self.callee(arg) in REFLECTIVE_CALLABLES:
+                # functools.reduce(getattr, ["sys", "modules"], os): called where its arguments cannot be read
+                self.add(DYNAMIC_CODE, node, f"passes {self.callee(arg)} as a value, called with arguments unseen")
         if (
             isinstance(func, ast.Attribute)
             and func.attr in self.heavy
