@@ -7,7 +7,7 @@ root:
 - **PID**: the worker is process 1 of a namespace of its own. Host processes cannot be seen or signalled, and when
   the worker ends the kernel kills every process left in it, a ``setsid`` daemon included.
 - **mount**: a fresh ``/proc`` of that namespace (no other process's ``environ``, no kforge process to read a key
-  from), and fresh, size-capped ``/dev/shm`` and ``/tmp``, all gone with the job.
+  from), and a fresh, size-capped ``/dev/shm``, gone with the job.
 - **network**: a namespace with only a loopback interface, down: no connection to the host's listeners, on
   127.0.0.1 or anywhere else.
 - **IPC**: System V objects and POSIX message queues of its own.
@@ -53,7 +53,6 @@ _KEPT_FLAGS = {
     "strictatime": MS_STRICTATIME,
 }
 SHM_SIZE = "256m"  # the job's /dev/shm; scratch files belong in its scratch folder
-TMP_SIZE = "1g"  # the job's /tmp (its $TMPDIR is in its scratch folder)
 PR_SET_NO_NEW_PRIVS = 38
 REQUEST = "KFORGE_CONTAIN"  # "1": the worker contains itself first (sandbox.worker.main); "candidate": and locks
 ENV = "KFORGE_CONTAINMENT"  # what enter() gave the job: "pid,mount,network,ipc", or "off: <why>"
@@ -137,8 +136,9 @@ def _within(path: str, root: str) -> bool:
 
 
 def _read_only_but(scratch: str) -> None:
-    """Every mount read-only in this namespace but ``scratch``, which gets a writable mount of its own; the job's
-    /tmp a fresh tmpfs (``scratch`` carried over where it lies under /tmp)."""
+    """Every mount read-only in this namespace but ``scratch``, which gets a writable mount of its own. The host's
+    /tmp stays in view, read-only like the rest: a virtual environment or a checkout may live there, and the job's
+    ``$TMPDIR`` is in its scratch folder."""
     _mount(scratch, scratch, None, MS_BIND | MS_REC)
     for point, flags in _mount_points():
         if _within(point, "/proc") or _within(point, scratch):
@@ -148,13 +148,6 @@ def _read_only_but(scratch: str) -> None:
         except ContainmentError as exc:
             if exc.errno not in (errno.ENOENT, errno.EACCES):  # a mount point it cannot reach is not a file it can
                 raise
-    held = os.open(scratch, os.O_PATH | os.O_DIRECTORY)
-    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={TMP_SIZE},mode=1777")
-    if _within(scratch, "/tmp"):
-        os.makedirs(scratch, exist_ok=True)
-        _mount(f"/proc/self/fd/{held}", scratch, None, MS_BIND)
-    os.close(held)
-    os.chdir(scratch)
 
 
 def _lock() -> None:
