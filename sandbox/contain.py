@@ -82,18 +82,24 @@ def _write(path: str, text: str) -> None:
         f.write(text)
 
 
+def _unshare_mapped(flags: int, what: str) -> None:
+    """``unshare(flags | CLONE_NEWUSER)``, the new user namespace mapping this process's ids onto themselves (the one
+    mapping a process may write for itself)."""
+    uid, gid = os.geteuid(), os.getegid()
+    _check(_libc.unshare(flags | CLONE_NEWUSER), what)
+    _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/uid_map", f"{uid} {uid} 1")
+    _write("/proc/self/gid_map", f"{gid} {gid} 1")
+
+
 def _unshare() -> None:
-    """The namespaces; inside a user namespace that maps this process's ids onto themselves where it is not root
-    (user namespaces give an unprivileged process the right to make the others)."""
+    """The namespaces; inside a user namespace where this process is not root (user namespaces give an
+    unprivileged process the right to make the others)."""
     flags = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWNET
     if os.geteuid() == 0:
         _check(_libc.unshare(flags), "unshare")
-        return
-    uid, gid = os.geteuid(), os.getegid()
-    _check(_libc.unshare(flags | CLONE_NEWUSER), "unshare")
-    _write("/proc/self/uid_map", f"{uid} {uid} 1")
-    _write("/proc/self/setgroups", "deny")
-    _write("/proc/self/gid_map", f"{gid} {gid} 1")
+    else:
+        _unshare_mapped(flags, "unshare")
 
 
 def _wait_and_mirror(pid: int) -> None:
@@ -103,12 +109,7 @@ def _wait_and_mirror(pid: int) -> None:
     os.closerange(3, os.sysconf("SC_OPEN_MAX"))
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)  # the orchestrator ends a job with SIGKILL to its whole group
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except InterruptedError:
-            continue
+    _, status = os.waitpid(pid, 0)  # retried by Python across signals (PEP 475)
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         signal.signal(sig, signal.SIG_DFL)
@@ -154,11 +155,7 @@ def _lock() -> None:
     """Make the read-only mounts final: continue in a nested user and mount namespace (the ids mapped one to one),
     where the kernel locks the flags of every mount inherited from the parent, so not even root inside can make one
     writable again; and no program the job starts may gain privileges (a set-uid binary runs as the job's user)."""
-    uid, gid = os.geteuid(), os.getegid()
-    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare (lock)")
-    _write("/proc/self/setgroups", "deny")
-    _write("/proc/self/uid_map", f"{uid} {uid} 1")
-    _write("/proc/self/gid_map", f"{gid} {gid} 1")
+    _unshare_mapped(CLONE_NEWNS, "unshare (lock)")
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
 
 

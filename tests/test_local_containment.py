@@ -46,33 +46,28 @@ def run(sandbox: LocalSandbox, attack: str, **constants: object) -> JobResult:
     for name, value in constants.items():
         source, n = re.subn(rf"^{name} = .*$", f"{name} = {value!r}", source, flags=re.MULTILINE)
         assert n == 1, f"{attack} has no constant {name}"
-    job = EvalJob(
+    return sandbox.run(job(source, attack))
+
+
+def job(candidate_source: str | None, candidate_name: str = "candidate.py") -> EvalJob:
+    """A check of ``candidate_source`` on the CPU softmax; None: the reference's baseline, no candidate code."""
+    return EvalJob(
         problem_name="softmax_small.py",
         problem_source=(PROBLEMS / "softmax_small.py").read_text(),
-        candidate_name=attack,
-        candidate_source=source,
+        candidate_name=candidate_name,
+        candidate_source=candidate_source,
         device="cpu",
         references=["eager"],
         timing=TimingConfig(min_trials=3, min_seconds=0.0, warmup_trials=1),
         time_candidate=False,
         timeout_s=60,
     )
-    return sandbox.run(job)
 
 
 def test_a_job_says_which_namespaces_it_ran_in(sandbox: LocalSandbox) -> None:
     result = run(sandbox, "shm_litter.py", NAME=f"kforge-{uuid.uuid4().hex}")
     assert result.environment.get("containment") == EVERYTHING, result.environment
-    baseline = sandbox.run(
-        EvalJob(
-            problem_name="softmax_small.py",
-            problem_source=(PROBLEMS / "softmax_small.py").read_text(),
-            device="cpu",
-            references=["eager"],
-            timing=TimingConfig(min_trials=3, min_seconds=0.0, warmup_trials=1),
-            timeout_s=60,
-        )
-    )
+    baseline = sandbox.run(job(None))
     # No candidate code: the namespaces, but its files as they are (it may write the shared caches).
     assert baseline.environment.get("containment") == contain.NAMESPACES, baseline.environment
 

@@ -117,10 +117,8 @@ class Plan:
         """Each phase's peak on the device, the fixed buffers included."""
         e, stored = self.eager_peak, self.device_answer_bytes
         call = e + self.outputs + self.scratch  # a call beside the answer or the previous output
-        flush, refill = (
-            FLUSH_BYTES[self.device],
-            self._refill + self.outputs,
-        )  # a trial's refill: beside the output kept
+        flush = FLUSH_BYTES[self.device]
+        refill = self._refill + self.outputs  # a timed trial's refill: beside the output kept from the last call
         phases = {
             "reference": stored + max(e, self.make_peak),
             "checks": stored + max(call, self._refill),

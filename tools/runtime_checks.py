@@ -584,8 +584,11 @@ def _mean_and_spread(e: torch.Tensor, limit: int, device: torch.device | None = 
     return mean, (float(squares) / e.numel()) ** 0.5
 
 
-def _all_near(e: torch.Tensor, value: float, atol: float, rtol: float, limit: int, device: torch.device) -> bool:
-    """Is every value of ``e`` within ``atol + rtol·|e|`` of ``value``? Computed on ``device``."""
+def _all_near(
+    e: torch.Tensor, value: float, atol: float, rtol: float, limit: int, device: torch.device | None = None
+) -> bool:
+    """Is every value of ``e`` within ``atol + rtol·|e|`` of ``value``? Computed on ``device`` (default: ``e``'s)."""
+    device = e.device if device is None else device
     far = torch.zeros((), dtype=torch.int64, device=device)
     for (p,) in pieces([e], limit, device):
         p64 = p.double()
@@ -604,7 +607,7 @@ def degenerate_warnings(expected: list[torch.Tensor], policy: Policy, limit: int
         mean, std = _mean_and_spread(e, limit)
         if std <= 1e-6 * max(abs(mean), 1e-30):
             out.append(f"degenerate problem: {where} is nearly constant (mean {mean:.3g}, std {std:.3g})")
-        elif _all_near(e, mean, atol, rtol, limit, e.device):
+        elif _all_near(e, mean, atol, rtol, limit):
             out.append(
                 f"degenerate problem: a constant ({mean:.3g}) passes the {policy} tolerance (atol={atol:g}) on "
                 f"every value of {where}; kernels are also held to tracking its variation"
