@@ -59,7 +59,7 @@ from tools.cheat_tricks import (
 from tools.compile import CompileReport, check_candidate_cuda, map_c_log_to_candidate
 from tools.device import cpu_name
 from tools.errors import CompileError, ProblemError
-from tools.memory import PeakMeter, Plan, chunk_elements, make_plan, memory_cap
+from tools.memory import PeakMeter, Plan, chunk_elements, make_plan, memory_cap, return_freed
 from tools.problem import build_model, copy_parameters, exec_source, import_source, make_inputs
 from tools.runtime_checks import AuditWatch, HarnessSnapshot, OpRecorder
 
@@ -238,6 +238,7 @@ class Reference:
                 with torch.no_grad():
                     self._keep(i, _own(correctness.flatten_outputs(self.model(*inputs)), inputs), inputs)
                 del inputs
+                return_freed(device)
             phases.mark("reference: answers")
             self.variant = self._shape_variant() if checking else None
             self.stored = (self.answers.device_bytes, self.answers.parked_bytes)
@@ -473,6 +474,7 @@ class CandidateRun:
             if check.passed:
                 self._judge_right_answer(i, actual, first=not checks)
             del actual  # gone before the next call: an output still alive then is one the candidate kept
+            return_freed(self.device)
             if not check.passed and all(c.passed for c in checks):
                 self.diagnose_failure(i)
             checks.append(check)
