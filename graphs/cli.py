@@ -517,8 +517,12 @@ def _containment_status() -> str:
     from sandbox import contain
 
     got = contain.probe()
-    if got == contain.NAMESPACES:
-        return f"local CPU jobs get their own {got} namespaces"
+    namespaces = f"local CPU jobs get their own {contain.NAMESPACES} namespaces"
+    if got == f"{contain.NAMESPACES},{contain.LOCKED}":
+        locked = contain.LOCKED.replace(",", ", ")
+        return f"{namespaces}; a candidate's job also {locked}, within pids and memory limits"
+    if got.startswith(contain.NAMESPACES):
+        return f"{namespaces}; a candidate's job: {got.split('; ', 1)[-1]}"
     return f"{got}: local jobs run without their own PID, network, IPC and mount namespaces"
 
 

@@ -35,7 +35,64 @@ DEFAULT_ENV_ALLOW = (
 )
 
 
-class LocalSandboxConfig(BaseModel):
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+MIN_CONTAINER_MEMORY = 1 << 30  # below this a worker cannot import torch and run a job
+
+
+def parse_size(text: str) -> int:
+    """Bytes in a size as docker writes it: ``3g``, ``512m``, ``1.5g``, ``4096`` (binary units, ``b`` optional)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([bkmgt]?)b?\s*", text.lower())
+    if not m:
+        raise ValueError(f"bad size {text!r}: expected a number and a unit, e.g. 12g or 512m")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
+
+
+def host_memory_bytes() -> int:
+    """This host's RAM (MemTotal): the docker backend's containers run on this machine's engine."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+class JobLimits(BaseModel):
+    """The memory and process limits of a job: a docker backend's container, or a local backend's contained job
+    (CPU jobs' memory: sandbox.contain)."""
+
+    memory: str | None = Field(
+        None,
+        description="memory limit, in docker's units ('12g', '512m'): of a container, swap included (docker); of a "
+        "CPU job's private writable memory (local, contained); None: memory_fraction of this host's RAM",
+    )
+    memory_fraction: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="with memory=None, the share of this host's RAM (MemTotal) one container or CPU job may use: "
+        "the rest stays for the orchestrator, its compiles and the host. The limit is per container (one per GPU in "
+        "each kforge process) or per job (a batch's --parallel runs several): lower it, or set memory, where that "
+        "would overcommit the host",
+    )
+    pids: int = Field(
+        512,
+        ge=16,
+        description="processes and threads at once, of a container (docker) or of a job that runs a candidate's code "
+        "(local, contained): a fork bomb stops here",
+    )
+
+    @field_validator("memory")
+    @classmethod
+    def _docker_size(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_size(value)
+        return value
+
+    def memory_bytes(self) -> int:
+        """The memory limit, in bytes: ``memory``, or ``memory_fraction`` of this host's RAM."""
+        if self.memory is not None:
+            return parse_size(self.memory)
+        share = int(host_memory_bytes() * self.memory_fraction) >> 20 << 20  # whole MiB: the kernel keeps pages
+        return max(MIN_CONTAINER_MEMORY, share)
+
+
+class LocalSandboxConfig(JobLimits):
     """Each job in a fresh ``python -m sandbox.worker`` subprocess on this machine."""
 
     type: Literal["local"] = "local"
@@ -54,7 +111,7 @@ class LocalSandboxConfig(BaseModel):
     contain: bool = Field(
         True,
         description="run each CPU job in its own PID, network, IPC and mount namespaces (sandbox.contain) where the "
-        "kernel allows; a job's result says what it got",
+        "kernel allows, within the memory and pids limits; a job's result says what it got",
     )
     contain_cuda: bool = Field(
         False, description="contain CUDA jobs too (off until verified on a GPU machine: bench/RESULTS.md)"
@@ -62,24 +119,7 @@ class LocalSandboxConfig(BaseModel):
     output_tail_bytes: int = 4096
 
 
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-MIN_CONTAINER_MEMORY = 1 << 30  # below this a worker cannot import torch and run a job
-
-
-def parse_size(text: str) -> int:
-    """Bytes in a size as docker writes it: ``3g``, ``512m``, ``1.5g``, ``4096`` (binary units, ``b`` optional)."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([bkmgt]?)b?\s*", text.lower())
-    if not m:
-        raise ValueError(f"bad size {text!r}: expected a number and a unit, e.g. 12g or 512m")
-    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
-
-
-def host_memory_bytes() -> int:
-    """This host's RAM (MemTotal): the docker backend's containers run on this machine's engine."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-class DockerSandboxConfig(BaseModel):
+class DockerSandboxConfig(JobLimits):
     """Each job a fresh worker process inside one long-lived, locked-down container per GPU.
 
     The container: no network, read-only root, a tmpfs for scratch, memory and pid limits, every
@@ -97,21 +137,6 @@ class DockerSandboxConfig(BaseModel):
         None, description="GPUs (indices or UUIDs) jobs are spread over, a container each; None: every visible one"
     )
     user: str = "65534:65534"
-    memory: str | None = Field(
-        None,
-        description="memory limit of a container, swap included, in docker's units ('12g', '512m'); "
-        "None: memory_fraction of this host's RAM",
-    )
-    memory_fraction: float = Field(
-        0.5,
-        gt=0,
-        le=1,
-        description="with memory=None, the share of this host's RAM (MemTotal) a container may use: the rest "
-        "stays for the orchestrator, its compiles and the host. The limit is per container, and there is one "
-        "per GPU in each kforge process (several GPUs, or a batch's --parallel, add up): lower it, or set "
-        "memory, where that would overcommit the host",
-    )
-    pids: int = Field(512, description="process limit of a container: a fork bomb stops here")
     tmpfs_size: str = Field("4g", description="size of the container's /tmp, where jobs get scratch")
     env_allow: tuple[str, ...] = DEFAULT_ENV_ALLOW
     output_tail_bytes: int = 4096
@@ -121,20 +146,6 @@ class DockerSandboxConfig(BaseModel):
         description="capabilities that container keeps: ncu reads the GPU's counters; [] where the driver "
         "lets every user (NVreg_RestrictProfilingToAdminUsers=0)",
     )
-
-    @field_validator("memory")
-    @classmethod
-    def _docker_size(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_size(value)
-        return value
-
-    def memory_bytes(self) -> int:
-        """The memory limit of each container, in bytes: ``memory``, or ``memory_fraction`` of this host's RAM."""
-        if self.memory is not None:
-            return parse_size(self.memory)
-        share = int(host_memory_bytes() * self.memory_fraction) >> 20 << 20  # whole MiB: the kernel keeps pages
-        return max(MIN_CONTAINER_MEMORY, share)
 
 
 class RaySandboxConfig(BaseModel):
@@ -182,8 +193,9 @@ def job_machine(config: AnySandboxConfig, device: str) -> tuple[str, int]:
 
 
 def _within_container(config: AnySandboxConfig, device: str, available: int) -> int:
-    """A CPU job in a docker container has the container's memory limit, not the whole host's RAM."""
-    if config.type == "docker" and device == "cpu":
+    """A CPU job in a docker container, or contained by the local backend, has that memory limit, not the whole
+    host's RAM."""
+    if device == "cpu" and (config.type == "docker" or (config.type == "local" and config.contain)):
         return min(available, config.memory_bytes())
     return available
 

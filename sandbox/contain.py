@@ -19,7 +19,16 @@ A job that will run candidate code (``REQUEST`` is ``"candidate"``) also gets, b
   and mount namespace, where a mount inherited from its parent cannot be made writable again, and no program it
   starts may gain privileges;
 - **its own /dev**: the few devices a job uses (null, zero, random, the GPU's), so no disk or other host device is
-  there to open, even for a job run by root.
+  there to open;
+- **an unprivileged user**: a job started by root continues as ``NOBODY`` (``_unprivileged``), so it reads only
+  what any user may; folders that others may not enter on the way to its interpreter and modules are opened to it
+  in its namespace, with nothing else of theirs in view;
+- **a process limit** (``RLIMIT_NPROC``, hard): the kernel counts a user's tasks per user namespace, and the job's
+  nested one holds only the job, so the limit is the job's own however many processes its user has elsewhere; root
+  inside it is not exempt (the exemption is for root of the host's namespace).
+
+A CPU job also gets a **memory limit** (``RLIMIT_DATA``, hard: its private writable memory, which is where tensors
+live; an allocation past it fails as out of memory). Not CUDA jobs: the driver maps far more than it uses.
 
 Where the kernel refuses a namespace, the job runs without them and says so in its result
 (``environment["containment"]``).
@@ -30,8 +39,10 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import resource
 import shutil
 import signal
+import sys
 import tempfile
 
 CLONE_NEWNS = 0x00020000
@@ -53,11 +64,16 @@ _KEPT_FLAGS = {
     "strictatime": MS_STRICTATIME,
 }
 SHM_SIZE = "256m"  # the job's /dev/shm; scratch files belong in its scratch folder
-PR_SET_NO_NEW_PRIVS = 38
+PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 4, 38
 REQUEST = "KFORGE_CONTAIN"  # "1": the worker contains itself first (sandbox.worker.main); "candidate": and locks
+LIMITS = "KFORGE_LIMITS"  # "<tasks>,<bytes>": the job's process and (0: none) memory limits
 ENV = "KFORGE_CONTAINMENT"  # what enter() gave the job: "pid,mount,network,ipc", or "off: <why>"
+LIMITED = "KFORGE_LIMITED"  # the limits enter() set: "tasks<=512,data<=12.0GiB", or "off: <why>"
 NAMESPACES = "pid,mount,network,ipc"
-LOCKED = "read-only but scratch,own /dev"
+LOCKED = "read-only but scratch,own /dev,unprivileged"
+# Where compilers a candidate may call keep their caches: in its scratch folder, for a candidate's job.
+CACHES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "CUPY_CACHE_DIR", "TORCH_EXTENSIONS_DIR")
+NOBODY = 65534  # the user a candidate's job started by root runs as: the overflow id, which owns no file
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -178,10 +194,77 @@ def _own_dev() -> None:
     _mount("none", "/dev", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID)
 
 
+def _needed() -> set[str]:
+    """What a job reads as it runs: its interpreter, standard library, packages and modules, the libraries it loads
+    by path, and kforge's cache; each as given and as resolved (a virtual environment's interpreter links to one
+    elsewhere)."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.executable, *sys.path}
+    paths.update(os.environ.get("LD_LIBRARY_PATH", "").split(":"))
+    paths.update(os.environ.get(var, "") for var in ("KFORGE_CACHE_DIR", "CUDA_HOME", "CUDA_PATH"))
+    paths = {os.path.abspath(p) for p in paths if p and os.path.exists(p)}
+    return paths | {os.path.realpath(p) for p in paths}
+
+
+def _ancestors(path: str) -> list[str]:
+    parts = path.rstrip("/").split("/")
+    return ["/".join(parts[:i]) for i in range(2, len(parts) + 1)]
+
+
+def _reachable(paths: set[str], scratch: str) -> None:
+    """Every folder on the way to ``paths`` and to the job's ``scratch`` folder that other users may not enter (a home
+    folder of mode 0700 that holds the interpreter, a checkout in a ``mktemp -d`` folder, a Ray worker's folder of
+    jobs) is covered, in this namespace, by a read-only tmpfs of mode
+    0755 holding only the entries on the way, each bound from the original. The job, run as ``NOBODY``, reaches what
+    it needs to run and nothing else of those folders: their other files, readable to anyone by their own mode but
+    kept private by the folder's, stay out of sight."""
+    wanted = {a for p in {*paths, scratch} for a in _ancestors(p)}
+    closed = [d for d in wanted if not _within(d, scratch) and os.path.isdir(d) and not os.stat(d).st_mode & 0o001]
+    for folder in sorted(closed, key=_depth):
+        keep = sorted({w[len(folder) + 1 :].split("/")[0] for w in wanted if w.startswith(folder + "/")})
+        held = os.open(folder, os.O_PATH | os.O_DIRECTORY)
+        try:
+            _mount("tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
+            for name in keep:
+                source, target = f"/proc/self/fd/{held}/{name}", f"{folder}/{name}"
+                if os.path.islink(source):
+                    os.symlink(os.readlink(source), target)
+                    continue
+                if os.path.isdir(source):
+                    os.mkdir(target)
+                else:
+                    open(target, "w").close()
+                _mount(source, target, None, MS_BIND | MS_REC)
+            _mount("none", folder, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        finally:
+            os.close(held)
+
+
+def _depth(path: str) -> int:
+    return path.count("/")
+
+
+def _unprivileged(scratch: str) -> None:
+    """A job started by root continues as ``NOBODY``, with no groups and no capabilities: it reads only what any user
+    may (what it needs made reachable first), and the process limit applies to it (root is exempt). Its scratch
+    folder becomes its own. A job started by another user already runs without privileges."""
+    if os.geteuid() != 0:
+        return
+    _reachable({p for p in _needed() if not _within(p, scratch)}, scratch)  # sys.path holds the scratch, its cwd
+    for folder, dirs, files in os.walk(scratch):
+        for path in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
+            os.lchown(path, NOBODY, NOBODY)
+    os.setgroups([])
+    os.setresgid(NOBODY, NOBODY, NOBODY)
+    os.setresuid(NOBODY, NOBODY, NOBODY)
+    # A change of user makes the process undumpable, which hands its /proc files to root: it could no longer write
+    # the uid map of the namespace that locks its mounts.
+    _check(_libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
+
+
 def _inside(candidate: bool) -> str:
     """In process 1 of the new namespaces: its own /proc and /dev/shm; for a candidate's job, read-only files but its
-    scratch folder, its own /dev, locked. What it got, or what the kernel refused (a container's masked /proc may
-    forbid a new one)."""
+    scratch folder, its own /dev, an unprivileged user, locked. What it got, or what the kernel refused (a container's
+    masked /proc may forbid a new one)."""
     scratch = os.getcwd()
     if candidate and not _is_scratch(scratch):
         return f"{NAMESPACES}; lock off: {scratch} is not a job's scratch folder"
@@ -198,10 +281,28 @@ def _inside(candidate: bool) -> str:
     if not candidate:
         return NAMESPACES
     try:
+        _unprivileged(scratch)
         _lock()
     except OSError as exc:
         return f"{NAMESPACES}; lock off: {exc.strerror or exc}"
+    for var in CACHES:  # the shared ones are read-only to it, or out of its reach
+        os.environ[var] = os.path.join(scratch, "cache", var.lower())
     return f"{NAMESPACES},{LOCKED}"
+
+
+def _limit(spec: str, nested: bool) -> str:
+    """Set the hard limits ``spec`` asks for (``LIMITS``); what was set. ``nested``: this process is alone in a user
+    namespace of its own (``_lock`` made it), where ``RLIMIT_NPROC`` counts the job's tasks alone; elsewhere it would
+    count every process of its user on the host, and is left as it is."""
+    tasks, memory = (int(x) for x in spec.split(","))
+    done = []
+    if nested:
+        resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
+        done.append(f"tasks<={tasks}")
+    if memory:
+        resource.setrlimit(resource.RLIMIT_DATA, (memory, memory))
+        done.append(f"data<={memory / (1 << 30):.1f}GiB")
+    return ",".join(done) or "off: no user namespace of the job's own"
 
 
 def _is_scratch(path: str) -> bool:
@@ -223,12 +324,16 @@ def enter(candidate: bool = False) -> str:
     except OSError as exc:  # reported in the job's result: the run says which guarantee is off
         state = "off: namespaces not permitted here" if exc.errno == errno.EPERM else f"off: {exc.strerror or exc}"
         os.environ[ENV] = state
+        if os.environ.get(LIMITS):
+            os.environ[LIMITED] = _limit(os.environ[LIMITS], nested=False)
         return state
     pid = os.fork()
     if pid:
         _wait_and_mirror(pid)
     state = _inside(candidate)
     os.environ[ENV] = state
+    if os.environ.get(LIMITS):
+        os.environ[LIMITED] = _limit(os.environ[LIMITS], nested=state.endswith(LOCKED))
     return state
 
 

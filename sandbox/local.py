@@ -181,6 +181,8 @@ class LocalSandbox:
                 if self.config.contain and (job.device == "cpu" or self.config.contain_cuda):
                     runs_candidate = getattr(job, "candidate_source", None) is not None
                     env[contain.REQUEST] = "candidate" if runs_candidate else "1"
+                    memory = self.config.memory_bytes() if job.device == "cpu" else 0  # CUDA maps far more than it uses
+                    env[contain.LIMITS] = f"{self.config.pids},{memory}"
                 proc = self._launch(job, scratch, fds, job_path, env)
             finally:
                 os.close(key_r)

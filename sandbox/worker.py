@@ -155,6 +155,8 @@ def environment(device: torch.device) -> dict[str, str]:
         env["threads"] = str(torch.get_num_threads())
     if contain.ENV in os.environ:
         env["containment"] = os.environ[contain.ENV]
+    if contain.LIMITED in os.environ:
+        env["limits"] = os.environ[contain.LIMITED]
     return env
 
 

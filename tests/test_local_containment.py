@@ -8,9 +8,12 @@ path) and judges by what happened on the host, not by the fixture's words alone.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -155,3 +158,65 @@ def test_a_job_the_config_leaves_uncontained_reports_no_containment() -> None:
     finally:
         (Path("/dev/shm") / name).unlink(missing_ok=True)
     assert "containment" not in result.environment
+
+
+LIMITED = {
+    "prefork": LocalSandbox(LocalSandboxConfig(prefork=True, pids=64, memory="2g")),
+    "subprocess": LocalSandbox(LocalSandboxConfig(prefork=False, pids=64, memory="2g")),
+}
+
+
+@pytest.mark.parametrize("way", sorted(LIMITED))
+def test_a_fork_bomb_stops_at_the_job_s_process_limit(way: str) -> None:
+    result = run(LIMITED[way], "fork_bomb.py")
+    forked = re.search(r"FORKED (\d+), then (\w+)", result.stdout_tail)
+    assert forked is not None, result.stdout_tail + result.stderr_tail
+    assert 0 < int(forked.group(1)) < 64 and forked.group(2) == "BlockingIOError", forked.group(0)
+    assert "tasks<=64" in result.environment.get("limits", ""), result.environment
+    assert result.status == "rejected", result.reason  # it ran to the end: the limit is the job's, not its death
+
+
+@pytest.mark.parametrize("way", sorted(LIMITED))
+def test_memory_past_a_cpu_job_s_limit_is_refused(way: str) -> None:
+    result = run(LIMITED[way], "memory_hog.py")
+    held = re.search(r"MEMORY held (\d+) MiB, then (.+)", result.stdout_tail)
+    assert held is not None, result.stdout_tail + result.stderr_tail
+    assert held.group(2) == "out of memory" and 0 < int(held.group(1)) < 2048, held.group(0)
+    assert "data<=2.0GiB" in result.environment.get("limits", ""), result.environment
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a job started by another user runs as that user: it reads its own")
+def test_a_job_started_by_root_reads_only_what_any_user_may(sandbox: LocalSandbox) -> None:
+    # Not under pytest's tmp_path, whose parent is closed to others: only each file's mode or its folder's keeps it.
+    folder = Path(tempfile.mkdtemp(prefix="kforge-test-read-"))
+    try:
+        folder.chmod(0o755)
+        closed = folder / "closed"
+        closed.mkdir(mode=0o700)
+        behind = closed / "readable-by-mode.txt"
+        behind.write_text("behind a closed folder\n")
+        behind.chmod(0o644)
+        private = folder / "private.txt"
+        private.write_text("the user's own\n")
+        private.chmod(0o600)
+        result = run(sandbox, "read_private.py", TARGETS=[str(behind), str(private)])
+    finally:
+        shutil.rmtree(folder)
+    lines = [x for x in result.stdout_tail.splitlines() if x.startswith("READ")]
+    assert len(lines) == 2 and all(": blocked (Permission denied)" in x for x in lines), result.stdout_tail
+    assert f"USER {contain.NOBODY}" in result.stdout_tail, result.stdout_tail
+    # The interpreter's top folder: where it is closed to others (/root on this project's machines), the job sees
+    # only the way to it.
+    listed = re.search(r"LISTED (\S+): (.*)", result.stdout_tail)
+    assert listed is not None, result.stdout_tail + result.stderr_tail
+    top = Path(listed.group(1))
+    if not top.stat().st_mode & 0o001:
+        assert len(listed.group(2).split()) < len(os.listdir(top)), listed.group(0)
+
+
+def test_doctor_says_what_a_candidate_s_job_gets_here() -> None:
+    from graphs.cli import _containment_status
+
+    line = _containment_status()
+    assert line.startswith(f"local CPU jobs get their own {contain.NAMESPACES} namespaces"), line
+    assert "unprivileged" in line and "within pids and memory limits" in line, line
