@@ -23,7 +23,7 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed ## create the virtualenv and install kernelforge into it
 
-demo: setup ## evaluate the built-in reference candidates (GPU if present, else the CPU twins)
+demo: setup ## run the builtin offline team, 3 rounds, on the default problem (GPU if present, else its CPU twin)
 	$(VENV)/bin/kforge demo
 
 test: setup ## lint and run the test suite on two workers (GPU tests skip without a GPU)

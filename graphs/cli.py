@@ -1,6 +1,7 @@
 """The ``kforge`` command.
 
-Exit codes (``kforge eval``; the other commands use 0, 2 and 3 alike, and ``kforge profile`` 1 for a failed profile):
+Exit codes (``kforge eval``; the other commands use 0, 2 and 3 alike, ``kforge profile`` 1 for a failed profile,
+``kforge batch`` 1 when every problem failed, and any command 141 when the reader of its output went away):
   0  the candidate is correct on every check (and timed)
   1  the candidate was rejected: compile_error, runtime_error, incorrect, rejected (a dynamic
      anti-cheat finding), timeout, crashed, or a static anti-cheat finding
@@ -11,9 +12,11 @@ Exit codes (``kforge eval``; the other commands use 0, 2 and 3 alike, and ``kfor
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import traceback
@@ -32,6 +35,7 @@ PROVIDER_KEYS = ("OPENAI_API_KEY", "GOOGLE_API_KEY", "GEMINI_API_KEY", "ANTHROPI
 EXIT_OK, EXIT_REJECTED = 0, 1
 DEMO_PROBLEM = {"cuda": "softmax_4096x65536", "cpu": "softmax_small"}
 RAY_ADDRESS_HELP = "with --sandbox ray: the cluster's head, host:port (default: $RAY_ADDRESS, else a local Ray)"
+VERBOSE_HELP = "log progress and show tracebacks"
 GPUS_HELP = "GPUs CUDA jobs are spread over, indices or UUIDs, e.g. 0,1 (default: every visible one, of one model)"
 
 
@@ -139,6 +143,7 @@ def render(evaluation) -> str:
 
 if TYPE_CHECKING:
     from sandbox.config import AnySandboxConfig
+    from sandbox.protocol import TimingConfig
 
 # ---------------------------------------------------------------------------------------- commands
 
@@ -186,7 +191,6 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from sandbox.config import job_machine, make_sandbox
-    from sandbox.protocol import TimingConfig
     from tools.evaluation import evaluate, read_candidate
     from tools.problem import load_problem
 
@@ -206,7 +210,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         references=references,
         n_checks=args.checks,
         seed=args.seed,
-        timing=TimingConfig(min_trials=args.trials, min_seconds=args.min_seconds, hide_launch=not args.count_launch),
+        timing=timing_config(args),
         timeout_s=args.timeout,
     )
     if args.json:
@@ -255,8 +259,16 @@ def _finish(paths: Any, state: dict[str, Any]) -> int:
     print("\n".join(tree_lines(run)))
     report = write_report(run)
     print(f"\nrun {paths.run_id}: {state.get('stop_reason')}; best/, report.md and {report.name} in {paths.dir}")
-    print(f"how it got there: kforge trace {paths.run_id} · kforge report {paths.run_id} --open")
+    print(trace_hint(paths.dir))
     return EXIT_OK
+
+
+def trace_hint(run_dir: Path) -> str:
+    """The commands that show how a run got there, with ``--runs-dir`` where they would not look by default."""
+    from graphs.runs import runs_root
+
+    where = "" if run_dir.parent.resolve() == runs_root().resolve() else f" --runs-dir {run_dir.parent}"
+    return f"how it got there: kforge trace {run_dir.name}{where} · kforge report {run_dir.name}{where} --open"
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -266,7 +278,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     from graphs.launch import stream_run
     from graphs.runs import create_run, runs_root
     from sandbox.config import job_machine
-    from sandbox.protocol import TimingConfig
     from tools.problem import load_problem
 
     problem = load_problem(resolve_problem(args.problem))
@@ -286,7 +297,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             ),
             sandbox=sandbox,
             compile_reference=not args.no_compile,
-            timing=TimingConfig(hide_launch=not args.count_launch),
+            n_checks=args.checks,
+            timing=timing_config(args),
             ncu=args.ncu,
         )
     except ValidationError as exc:
@@ -324,7 +336,6 @@ def cmd_batch(args: argparse.Namespace) -> int:
     from graphs.config import Budgets, RunConfig
     from graphs.runs import runs_root
     from sandbox.config import job_machine
-    from sandbox.protocol import TimingConfig
 
     runs_dir = runs_root(args.runs_dir)
     out = Path(args.out) if args.out else runs_dir
@@ -351,9 +362,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
             sandbox=sandbox,
             compile_reference=not args.no_compile,
             n_checks=args.checks,
-            timing=TimingConfig(
-                min_trials=args.trials, min_seconds=args.min_seconds, hide_launch=not args.count_launch
-            ),
+            timing=timing_config(args),
             ncu=args.ncu,
         )
     except ValidationError as exc:
@@ -395,7 +404,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         f"{s['tokens']} tokens, ${s['dollars']:.2f} · {out / 'batch.md'}",
         flush=True,
     )
-    return EXIT_OK
+    return EXIT_REJECTED if s["problems"] and s["failed"] == s["problems"] else EXIT_OK
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -543,6 +552,20 @@ def _docker_status() -> str:
 # --------------------------------------------------------------------------------------------- main
 
 
+def add_checking_options(parser: argparse.ArgumentParser) -> None:
+    """How much each verification checks and times: the same for eval, run and batch."""
+    parser.add_argument("--checks", type=int, default=5, help="seeded input sets each check compares on (default 5)")
+    parser.add_argument("--trials", type=int, default=100, help="minimum timed calls per contender (default 100)")
+    parser.add_argument("--min-seconds", type=float, default=0.5, help="minimum timing duration, s (default 0.5)")
+
+
+def timing_config(args: argparse.Namespace) -> TimingConfig:
+    """The timing options of ``add_checking_options`` and ``add_timing_mode``."""
+    from sandbox.protocol import TimingConfig
+
+    return TimingConfig(min_trials=args.trials, min_seconds=args.min_seconds, hide_launch=not args.count_launch)
+
+
 def add_timing_mode(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--count-launch",
@@ -560,9 +583,17 @@ def add_ncu_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("kernelforge")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kforge", description="Search for faster kernels, and trust the number.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress and show tracebacks")
+    parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
+    parser.add_argument("--version", action="version", version=f"kforge {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     ev = sub.add_parser("eval", help="verify and time one candidate against a problem's reference")
@@ -575,10 +606,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["relaxed", "strict"],
         help="relaxed: atol=rtol=1e-2; strict: 1e-4 for fp32",
     )
-    ev.add_argument("--checks", type=int, default=5, help="seeded input sets to compare on (default 5)")
+    add_checking_options(ev)
     ev.add_argument("--seed", type=int, default=0)
-    ev.add_argument("--trials", type=int, default=100, help="minimum timed calls per contender (default 100)")
-    ev.add_argument("--min-seconds", type=float, default=0.5, help="minimum timing duration (default 0.5)")
     ev.add_argument("--no-compile", action="store_true", help="skip the torch.compile reference")
     add_timing_mode(ev)
     ev.add_argument("--timeout", type=float, default=600.0, help="wall-clock limit of the job in seconds")
@@ -601,6 +630,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--roles", default=None, help="comma-separated role list (default planner,coder,profiler,critic)")
     run.add_argument("--no-compile", action="store_true", help="skip the torch.compile reference in the baseline")
     add_ncu_option(run)
+    add_checking_options(run)
     add_timing_mode(run)
     run.add_argument("--max-wall", type=float, default=None, help="wall-time budget in seconds")
     run.add_argument("--max-tokens", type=int, default=None)
@@ -625,9 +655,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sandbox_options(batch)
     batch.add_argument("--no-compile", action="store_true", help="skip the torch.compile reference in the baseline")
     add_ncu_option(batch)
-    batch.add_argument("--checks", type=int, default=5, help="seeded input sets per verification (default 5)")
-    batch.add_argument("--trials", type=int, default=100, help="minimum timed calls per contender (default 100)")
-    batch.add_argument("--min-seconds", type=float, default=0.5, help="minimum timing duration (default 0.5)")
+    add_checking_options(batch)
     add_timing_mode(batch)
     batch.add_argument("--max-wall", type=float, default=None, help="wall-time budget of each problem's run, s")
     batch.add_argument("--max-tokens", type=int, default=None, help="token budget of each problem's run")
@@ -686,6 +714,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     doctor = sub.add_parser("doctor", help="report GPU, CUDA, NVRTC, compiler, Docker and provider keys")
     doctor.set_defaults(func=cmd_doctor)
+    for command in sub.choices.values():  # `kforge eval ... -v` as well as `kforge -v eval ...`
+        command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
     return parser
 
 
@@ -702,7 +732,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "checks", 1) < 1 or getattr(args, "trials", 1) < 1:
         parser.error("--checks and --trials must be at least 1")
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # here, where a reader that went away can be told from an error
+        return code
+    except BrokenPipeError:
+        # `kforge trace RUN --json | head`: the reader stopped reading, which is not an error of ours. Exit as a
+        # program the pipe's signal ended, with nothing more written to the closed pipe.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except KernelforgeError as exc:
         if args.verbose:
             traceback.print_exc()

@@ -512,3 +512,17 @@ def test_every_kernelbench_file_of_levels_1_to_4_gets_a_row(tmp_path: Path, kfor
         assert row["status"] in ("pending", "skipped"), row
         if row["status"] == "skipped":
             assert row["reason"] and "\n" not in row["reason"], row
+
+
+def test_a_batch_whose_every_problem_failed_exits_1(tmp_path: Path, kforge_cache: Path) -> None:
+    problems = tmp_path / "broken"
+    problems.mkdir()
+    for name, source in BROKEN.items():
+        (problems / name).write_text(source)
+    out = tmp_path / "out"
+    cmd = batch_cmd(str(problems), *FAST, "--runs-dir", str(tmp_path / "runs"), "--out", str(out))
+    proc = subprocess.run(cmd, cwd=ROOT, env=env(kforge_cache), capture_output=True, text=True, timeout=600)
+    record, _ = read(out)
+    assert record["summary"]["failed"] == record["summary"]["problems"] == len(BROKEN), record["summary"]
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "no data here" in proc.stdout  # each problem's reason on the console, not only in batch.md

@@ -270,3 +270,60 @@ def test_eval_says_when_the_relaxed_policy_lets_reduced_precision_through(kforge
     proc = kforge(kforge_cache, "eval", "softmax_small", bf16, *FAST, "--checks", "2", "--policy", "strict")
     assert proc.returncode == 1 and "REJECTED     anti-cheat: precision_downgrade at line 9" in proc.stdout
     assert "PRECISION" not in proc.stdout
+
+
+# ------------------------------------------------------------------------------------- edges
+
+
+def test_verbose_is_taken_after_the_command_too(kforge_cache: Path, bad_problem: Path) -> None:
+    proc = kforge(kforge_cache, "eval", str(bad_problem), SOFTMAX_CPU, "--device", "cpu", "-v")
+    assert proc.returncode == 2 and "Traceback" in proc.stderr and "ProblemError" in proc.stderr, proc.stderr
+
+
+def test_version(kforge_cache: Path) -> None:
+    proc = kforge(kforge_cache, "--version")
+    assert proc.returncode == 0 and re.fullmatch(r"kforge \S+\n", proc.stdout), proc.stdout + proc.stderr
+
+
+def test_a_folder_is_not_a_problem_nor_a_candidate(kforge_cache: Path, tmp_path: Path) -> None:
+    proc = kforge(kforge_cache, "eval", str(tmp_path), SOFTMAX_CPU, "--device", "cpu")
+    assert proc.returncode == 2
+    assert "a folder, not a problem file (`kforge batch` takes folders)" in one_line_error(proc)
+    proc = kforge(kforge_cache, "eval", "problems/softmax_small.py", str(tmp_path), "--device", "cpu")
+    assert proc.returncode == 2 and "a folder, not a candidate file" in one_line_error(proc)
+
+
+def test_a_candidate_without_modelnew_is_refused_before_any_job(kforge_cache: Path, tmp_path: Path) -> None:
+    candidate = tmp_path / "no_model.py"
+    candidate.write_text("import torch\n\n\nclass Model(torch.nn.Module):\n    pass\n")
+    proc = kforge(kforge_cache, "eval", "problems/softmax_small.py", str(candidate), "--device", "cpu")
+    assert proc.returncode == 2 and "defines no `ModelNew`" in one_line_error(proc)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "class ModelNew: ...",
+        "ModelNew = 1",
+        "from mod import Thing as ModelNew",
+        "from mod import *",
+        "if True:\n    class ModelNew: ...",
+        "def ModelNew(): ...",
+    ],
+)
+def test_every_way_to_bind_modelnew_counts(source: str) -> None:
+    from tools.evaluation import defines
+
+    assert defines(source, "ModelNew")
+    assert not defines(source.replace("ModelNew", "Other").replace("*", "Other"), "ModelNew")
+
+
+def test_the_trace_hint_names_a_runs_folder_only_where_trace_would_not_look(tmp_path: Path) -> None:
+    from graphs.cli import trace_hint
+    from graphs.runs import runs_root
+
+    default = runs_root() / "r1"
+    assert "--runs-dir" not in trace_hint(default)
+    assert f"kforge trace r2 --runs-dir {tmp_path} · kforge report r2 --runs-dir {tmp_path} --open" in trace_hint(
+        tmp_path / "r2"
+    )

@@ -167,12 +167,21 @@ def test_kill_and_resume_evaluates_no_candidate_twice(tmp_path: Path) -> None:
 
 def test_cli_run_then_trace_and_runs(tmp_path: Path) -> None:
     env = {**os.environ, "KFORGE_RUNS_DIR": str(tmp_path)}
-    out = _kforge("run", "layernorm_small", "--device", "cpu", "--rounds", "3", "--ideas", "2", "--no-compile", env=env)
+    checking = ["--checks", "3", "--trials", "7", "--min-seconds", "0.05"]
+    out = _kforge(
+        "run", "layernorm_small", "--device", "cpu", "--rounds", "3", "--ideas", "2", "--no-compile", *checking, env=env
+    )
     assert out.returncode == 0, out.stderr
     assert "[round 3]" in out.stdout and "reference  eager" in out.stdout
     (run_dir,) = list(tmp_path.iterdir())
     paths = RunPaths(run_dir)
     assert paths.run_json.exists() and paths.checkpoint.exists() and paths.events.exists()
+    config = json.loads(paths.run_json.read_text())["config"]
+    assert (config["n_checks"], config["timing"]["min_trials"], config["timing"]["min_seconds"]) == (3, 7, 0.05)
+    # $KFORGE_RUNS_DIR is where trace looks too; from elsewhere the hint names the folder
+    assert f"kforge trace {run_dir.name} · " in out.stdout, out.stdout
+    elsewhere = {k: v for k, v in env.items() if k != "KFORGE_RUNS_DIR"}
+    assert _kforge("trace", run_dir.name, "--runs-dir", str(tmp_path), env=elsewhere).returncode == 0
     trace = _kforge("trace", run_dir.name, env=env)
     assert trace.returncode == 0 and "└─ c1-0" in trace.stdout and "planner decision" in trace.stdout
     as_json = json.loads(_kforge("trace", run_dir.name, "--json", env=env).stdout)
@@ -182,6 +191,19 @@ def test_cli_run_then_trace_and_runs(tmp_path: Path) -> None:
     assert "class ModelNew" in detail.stdout
     listing = _kforge("runs", env=env)
     assert run_dir.name in listing.stdout
+    # A reader that stops early (`| head`) ends the command quietly, as the pipe's signal would
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    closed = subprocess.run(
+        [sys.executable, "-m", "graphs.cli", "trace", run_dir.name, "--json"],
+        cwd=ROOT,
+        env=env,
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(write_end)
+    assert closed.returncode == 128 + signal.SIGPIPE and "Traceback" not in closed.stderr, closed.stderr
 
 
 @pytest.mark.parametrize("bad", ["--rounds=0", "--ideas=0", "--roles=planner,nope"])

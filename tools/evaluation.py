@@ -8,6 +8,7 @@ findings; only a candidate they pass runs, under the worker's dynamic checks.
 
 from __future__ import annotations
 
+import ast
 import math
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,8 @@ def noise_flags(timing: TimingReport) -> list[str]:
 
 def read_candidate(path: str | Path) -> str:
     path = Path(path)
+    if path.is_dir():
+        raise CandidateError(f"{path}: a folder, not a candidate file")
     if not path.is_file():
         raise CandidateError(f"{path}: no such candidate file")
     try:
@@ -133,7 +136,25 @@ def read_candidate(path: str | Path) -> str:
         compile(source, str(path), "exec")
     except SyntaxError as exc:
         raise CandidateError(f"{path}: Python syntax error at line {exc.lineno}: {exc.msg}") from exc
+    if not defines(source, "ModelNew"):
+        raise CandidateError(f"{path}: defines no `ModelNew` (a candidate is an nn.Module subclass of that name)")
     return source
+
+
+def defines(source: str, name: str) -> bool:
+    """Does ``source`` (valid Python) bind ``name`` anywhere: a class, a function, an assignment, an import?
+    Generous on purpose: it only spares a file that cannot be a candidate the reference's work before it is
+    refused; the worker still checks what the name holds."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name:
+            return True
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):
+            return True
+        if isinstance(node, ast.alias) and (node.asname or node.name.split(".")[-1]) == name:
+            return True
+        if isinstance(node, ast.alias) and node.name == "*":
+            return True  # `from module import *` may bind it
+    return False
 
 
 def profile_job(

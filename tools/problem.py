@@ -286,6 +286,8 @@ def _input_bytes_on_meta(module: types.ModuleType) -> int | None:
 def load_problem(path: str | Path) -> Problem:
     """Load and validate a KernelBench problem file; raise ProblemError with a one-line reason."""
     path = Path(path)
+    if path.is_dir():
+        raise ProblemError(f"{path}: a folder, not a problem file (`kforge batch` takes folders)")
     if not path.is_file():
         raise ProblemError(f"{path}: no such problem file")
     try:

@@ -293,6 +293,8 @@ class Batch:
                             continue
                         outcome = started
                     self.rows[index] = outcome
+                    if outcome.get("reason"):  # not started (skipped, unloadable, busy): say why
+                        self.say(f"{outcome['name']}: {outcome['status']} · {outcome['reason']}")
                     self.write()
                 for sentinel in wait(list(running)) if running else []:
                     job = running.pop(sentinel)
