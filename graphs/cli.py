@@ -232,17 +232,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return cmd_run(run_args)
 
 
-def _progress() -> Any:
-    """A live line per step: round, candidates evaluated, best speedup so far."""
-    seen = {"round": 0, "evaluated": 0, "best": None}
+def _progress(saved: dict[str, Any] | None = None) -> Any:
+    """A live line per step: round, candidates evaluated, best speedup so far; a resumed run's counted on from its
+    ``saved`` state."""
+    seen: dict[str, Any] = {"round": 0, "evaluated": 0, "best": None}
 
-    def show(node: str, update: dict[str, Any]) -> None:
+    def count(node: str, update: dict[str, Any]) -> None:
         seen["round"] = update.get("round", seen["round"])
         seen["evaluated"] += sum(1 for c in update.get("candidates", []) if node == "coder")
         for c in update.get("candidates", []):
             sp = c.get("speedup_vs_best")
             if sp is not None and (seen["best"] is None or sp > seen["best"]):
                 seen["best"] = sp
+
+    count("coder", saved or {})
+
+    def show(node: str, update: dict[str, Any]) -> None:
+        if node.startswith("__"):  # LangGraph's own entries (a resumed thread's metadata), not a step of the run
+            return
+        count(node, update)
         best = "—" if seen["best"] is None else f"{seen['best']:.3f}×"
         extra = f" · stop: {update['stop_reason']}" if update.get("stop_reason") else ""
         print(f"[round {seen['round']}] {node:9} · {seen['evaluated']} candidates · best {best}{extra}", flush=True)
@@ -409,12 +417,12 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from graphs.launch import stream_run
-    from graphs.runs import open_run, runs_root
+    from graphs.runs import load_state, open_run, runs_root
 
     paths, config, _ = open_run(args.run, runs_root(args.runs_dir))
     configure_logging(args.verbose, paths.events)
     print(f"resuming {paths.run_id}", flush=True)
-    return _finish(paths, stream_run(config, paths, resume=True, on_update=_progress()))
+    return _finish(paths, stream_run(config, paths, resume=True, on_update=_progress(load_state(paths))))
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
@@ -464,7 +472,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         sp = "—" if r["speedup"] is None else f"{r['speedup']:.3f}×"
         print(
             f"{r['run_id']:45} {r['problem']:24} {r['model']:16} {r['device']:4} rounds {r['rounds']} "
-            f"· {r['candidates']} candidates · best {r['best'] or 'reference'} {sp} · {r['stop'] or 'unfinished'}"
+            f"· {r['candidates']} candidates · best {r['best'] or 'reference'} {sp} · {r['stop']}"
         )
     return EXIT_OK
 

@@ -15,7 +15,7 @@ import structlog
 from agents.base import RoleContext
 from graphs.builder import build_graph
 from graphs.config import RunConfig
-from graphs.runs import RunPaths, checkpointer, load_state, thread_config
+from graphs.runs import RunPaths, checkpointer, clear_failure, load_state, record_failure, thread_config
 from sandbox.config import job_memory_bytes, make_sandbox
 from tools.problem import load_problem
 
@@ -49,7 +49,20 @@ def make_context(config: RunConfig, paths: RunPaths) -> RoleContext:
 def stream_run(
     config: RunConfig, paths: RunPaths, *, resume: bool, on_update: Callable[[str, dict[str, Any]], None] | None = None
 ) -> dict[str, Any]:
-    """Run (or continue) the graph to the end; return the final saved state."""
+    """Run (or continue) the graph to the end; return the final saved state. An error on the way is kept in the
+    run's run.json (``kforge runs`` shows it) and raised on."""
+    clear_failure(paths)
+    try:
+        _stream(config, paths, resume, on_update)
+    except Exception as exc:
+        record_failure(paths, exc)
+        raise
+    return load_state(paths)
+
+
+def _stream(
+    config: RunConfig, paths: RunPaths, resume: bool, on_update: Callable[[str, dict[str, Any]], None] | None
+) -> None:
     ctx = make_context(config, paths)
     graph = build_graph(ctx).compile(checkpointer=checkpointer(paths))
     cfg = thread_config(paths, config.recursion_limit)
@@ -64,7 +77,6 @@ def stream_run(
         close = getattr(ctx.sandbox, "close", None)
         if close:
             close()
-    return load_state(paths)
 
 
 def _updates(stream: Iterator[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:

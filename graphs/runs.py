@@ -115,6 +115,29 @@ def create_run(config: RunConfig, problem: Problem, root: Path) -> RunPaths:
     return paths
 
 
+def record_failure(paths: RunPaths, error: BaseException) -> None:
+    """Keep in run.json why the run stopped on an error (its first line), for ``kforge runs``; the next attempt
+    (``kforge resume``) that gets further clears it."""
+    meta = json.loads(paths.run_json.read_text())
+    meta["error"] = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+    paths.run_json.write_text(json.dumps(meta, indent=2))
+
+
+def clear_failure(paths: RunPaths) -> None:
+    meta = json.loads(paths.run_json.read_text())
+    if meta.pop("error", None) is not None:
+        paths.run_json.write_text(json.dumps(meta, indent=2))
+
+
+def stop_text(meta: dict[str, Any], state: dict[str, Any]) -> str:
+    """How a run stopped: its stop reason, the error it failed on, or where it got to."""
+    if state.get("stop_reason"):
+        return str(state["stop_reason"])
+    if meta.get("error"):
+        return f"failed: {meta['error']}"
+    return "unfinished" if state else "not started"
+
+
 def open_run(ref: str, root: Path) -> tuple[RunPaths, RunConfig, dict[str, Any]]:
     """A run by id (under root) or by path."""
     candidates = [Path(ref), root / ref]
@@ -160,7 +183,7 @@ def list_runs(root: Path) -> list[dict[str, Any]]:
                 "candidates": len(state.get("candidates", [])),
                 "best": best["id"] if best else None,
                 "speedup": best.get("speedup_vs_best") if best else None,
-                "stop": state.get("stop_reason"),
+                "stop": stop_text(meta, state),
             }
         )
     return rows

@@ -100,10 +100,22 @@ def candidate_code(phase: str) -> Iterator[None]:
     except BaseException as exc:  # SystemExit or KeyboardInterrupt raised by a candidate count too
         if isinstance(exc, CompileError):
             raise _compile_failure(exc, phase) from exc
-        raise JobFailed(classify(exc), f"{phase}: {describe(exc)}", traceback.format_exc()) from exc
+        raise JobFailed(classify(exc), f"{phase}: {describe(exc)}", _from_candidate(exc)) from exc
 
 
-_candidate: dict[str, str] = {}  # the job's candidate source and file name, for compile-error lines
+_candidate: dict[str, str] = {}  # the job's candidate source and file name, for compile-error lines and tracebacks
+
+
+def _from_candidate(exc: BaseException) -> str:
+    """The traceback from the candidate's first frame on: the harness's frames above it (the worker, its watch,
+    ``nn.Module.__call__``) say nothing about the candidate's error. The whole one where no frame is the
+    candidate's."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != _candidate.get("name"):
+        tb = tb.tb_next
+    if tb is None:
+        return traceback.format_exc()
+    return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
 def _compile_failure(exc: CompileError, phase: str) -> JobFailed:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -163,6 +164,10 @@ def test_kill_and_resume_evaluates_no_candidate_twice(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert (run_dir / "report.md").exists()
     assert _evaluations(run_dir) == expected
+    # Its progress goes on from the saved state: round 1's two candidates are counted from the first line on
+    steps = re.findall(r"^\[round (\d+)\] (\S+)\s+· (\d+) candidates", done.stdout, flags=re.MULTILINE)
+    assert steps and not any(node.startswith("__") for _, node, _ in steps), done.stdout
+    assert int(steps[0][0]) >= 1 and int(steps[0][2]) >= 2, done.stdout
 
 
 def test_cli_run_then_trace_and_runs(tmp_path: Path) -> None:
@@ -218,3 +223,6 @@ def test_an_unreachable_docker_engine_is_a_one_line_environment_error(tmp_path: 
     out = _kforge("run", "softmax_small", "--device", "cpu", "--sandbox", "docker", env=env)
     assert out.returncode == 3, out.stdout + out.stderr
     assert "cannot reach the Docker engine" in out.stderr and "Traceback" not in out.stderr
+    # Listed as what it is: a run that failed, with why; not "unfinished" as if it could go on by itself
+    listing = _kforge("runs", env=env).stdout
+    assert "failed: " in listing and "cannot reach the Docker engine" in listing, listing

@@ -163,7 +163,9 @@ def test_exception_is_runtime_error(sandbox: Sandbox) -> None:
     result = run(sandbox, HOSTILE / "raises.py")
     assert result.status == "runtime_error"
     assert "ValueError: this kernel is not implemented" in result.reason
-    assert "Traceback" in result.details
+    # The traceback starts at the candidate's own frame: none of the harness's above it
+    assert result.details.startswith("Traceback") and 'File "raises.py"' in result.details, result.details
+    assert "worker.py" not in result.details and "module.py" not in result.details, result.details
 
 
 def test_missing_modelnew_is_runtime_error(sandbox: Sandbox) -> None:
