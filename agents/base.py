@@ -47,6 +47,8 @@ class Candidate(TypedDict, total=False):
     speedup_vs_eager: float | None
     speedup_vs_compile: float | None
     speedup_vs_best: float | None
+    speedup_interval: list[float] | None  # 95% interval of speedup_vs_best (tools.speed), from the profiler's timing
+    speed: str | None  # what the interval allows saying: faster, slower, not distinguishable (tools.speed.verdict)
     pct_roofline: float | None
     diagnosis: str | None  # the profiler's: memory-bound / compute-bound / latency-bound, and why
     verdict: Verdict | None  # the critic's

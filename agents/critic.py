@@ -14,6 +14,7 @@ from typing import Any
 
 from agents.base import Candidate, RoleContext
 from graphs.state import best_candidate, message
+from tools import speed
 from tools.checks import blocking, static_findings
 from tools.evaluation import REVIEW_SPEEDUP
 
@@ -33,6 +34,15 @@ def budget_stop(state: dict[str, Any], settings: Any) -> str | None:
     if b.dollars is not None and dollars >= b.dollars:
         return f"dollar budget of {b.dollars:g} spent"
     return None
+
+
+def shown_faster(c: Candidate) -> bool:
+    """Faster than the best reference with evidence: its speedup's interval lies above 1 (``tools.speed``). A
+    candidate without an interval (saved before they were recorded, or timed fewer than twice) is judged on its point
+    estimate, as it was then."""
+    if c.get("speed") is None:
+        return (c.get("speedup_vs_best") or 0.0) > 1.0
+    return c.get("speed") == "faster"
 
 
 class Critic:
@@ -55,7 +65,9 @@ class Critic:
         speedup = c["speedup_vs_best"]
         review = f"; over {REVIEW_SPEEDUP:g}×: flagged for review" if speedup > REVIEW_SPEEDUP else ""
         reduced = "; computes in reduced precision, as the relaxed policy allows" if c.get("reduced_precision") else ""
-        return "accepted", f"verified on fresh inputs; {speedup:.2f}× vs the best reference{review}{reduced}"
+        interval = c.get("speedup_interval")
+        said = speed.describe(speedup, tuple(interval) if interval else None, c.get("speed"))  # type: ignore[arg-type]
+        return "accepted", f"verified on fresh inputs; {said} vs the best reference{review}{reduced}"
 
     def __call__(self, state: dict[str, Any], ctx: RoleContext) -> dict[str, Any]:
         round_ = state.get("round", 0)
@@ -70,9 +82,10 @@ class Critic:
         accepted = [
             c for c in candidates if judged.get(c["id"], c).get("verdict") == "accepted" and c.get("speedup_vs_best")
         ]
+        proven = [c for c in accepted if shown_faster(c)]
         previous = best_candidate(state)  # type: ignore[arg-type]
         previous_speedup = previous.get("speedup_vs_best", 1.0) if previous else 1.0
-        champion = max(accepted, key=lambda c: c["speedup_vs_best"], default=None)
+        champion = max(proven, key=lambda c: c["speedup_vs_best"], default=None)
         improved = champion is not None and champion["speedup_vs_best"] > max(previous_speedup or 1.0, 1.0)
         best_id = champion["id"] if improved else state.get("best_id")
         stale = 0 if improved else state.get("rounds_without_improvement", 0) + 1

@@ -16,6 +16,7 @@ import structlog
 
 from agents.base import Candidate, RoleContext, larger_memory
 from graphs.state import message
+from tools import speed
 from tools.errors import CandidateError
 from tools.evaluation import evaluate, noise_flags, profile_job
 
@@ -73,19 +74,29 @@ class Profiler:
             vs_eager = ev.result.timing.speedup("eager")  # per-trial pairs: robust to a busy machine's slow spells
             compile_ratio = baseline.get("compile_over_eager")
             vs_compile = vs_eager * compile_ratio if compile_ratio else None
-            vs_best = vs_eager * min(1.0, compile_ratio) if compile_ratio else vs_eager
+            # Timed beside eager alone: the interval and the medians' ratio over the best reference are eager's
+            # scaled by the baseline's compile/eager ratio (whose own uncertainty is not counted).
+            scale = min(1.0, compile_ratio) if compile_ratio else 1.0
+            vs_best = vs_eager * scale
+            interval = ev.result.timing.interval("eager")
+            medians = ev.result.timing.medians_ratio("eager", "candidate")
+            best_interval = [interval[0] * scale, interval[1] * scale] if interval else None
+            said = speed.verdict(tuple(best_interval) if best_interval else None, medians * scale if medians else None)
             diagnosis, pct = diagnose(cand_ms, baseline)
             update.update(
                 timing={"eager": eager_ms, "candidate": cand_ms, "candidate_spread": stats["candidate"].spread},
                 speedup_vs_eager=vs_eager,
                 speedup_vs_compile=vs_compile,
                 speedup_vs_best=vs_best,
+                speedup_interval=best_interval,
+                speed=said,
                 pct_roofline=pct,
                 diagnosis=diagnosis,
             )
             updates.append(update)
             timed.append((vs_best, c))
-            text = f"{c['id']}: {cand_ms:.4f} ms, {vs_best:.2f}× vs best reference; {diagnosis}"
+            shown = speed.describe(vs_best, tuple(best_interval) if best_interval else None, said)
+            text = f"{c['id']}: {cand_ms:.4f} ms, {shown} vs best reference; {diagnosis}"
             for flag in noise_flags(ev.result.timing):
                 log.warning("timing_noisy", candidate_id=c["id"], detail=flag)
                 text += f"\nWARNING: {flag}"

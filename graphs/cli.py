@@ -64,6 +64,7 @@ def _fmt(x: float | None, spec: str = ".3g", suffix: str = "") -> str:
 
 def render(evaluation) -> str:
     from graphs.rundata import precision_text
+    from tools.speed import describe as describe_speed
 
     r = evaluation.result
     lines = [
@@ -115,7 +116,8 @@ def render(evaluation) -> str:
             lines.append(
                 f"  speedup      vs eager {_fmt(sp['vs_eager'], '.3f', '×')} · "
                 f"vs compile {_fmt(sp['vs_compile'], '.3f', '×')}"
-                f" · vs best {_fmt(sp['vs_best'], '.3f', '×')} (best reference: {t.best_reference})"
+                f" · vs best {describe_speed(sp['vs_best'], *evaluation.speed_vs_best())}"
+                f" (best reference: {t.best_reference})"
             )
     if evaluation.floor:
         f = evaluation.floor

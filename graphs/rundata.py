@@ -18,6 +18,7 @@ from typing import Any
 import structlog
 
 from graphs.runs import RunPaths, load_state, open_run
+from tools import speed
 
 log = structlog.get_logger(__name__)
 
@@ -119,6 +120,13 @@ class CandidateRecord:
     profile: dict[str, Any]  # candidates/<id>/profile*.json (Nsight Compute metrics and the like)
     jobs: tuple[Job, ...] = ()
     reduced_precision: tuple[str, ...] | None = None  # Evaluation.reduced_precision; None: not recorded
+    speedup_interval: tuple[float, float] | None = None  # 95% interval of speedup_vs_best; None: not recorded
+    speed: str | None = None  # faster, slower, not distinguishable (tools.speed.verdict); None: not recorded
+
+    @property
+    def speedup_text(self) -> str:
+        """``1.477× (95%: 1.452-1.501, faster)``, or the bare figure for a run saved before intervals."""
+        return speed.describe(self.speedup_vs_best, self.speedup_interval, self.speed)  # type: ignore[arg-type]
 
     def worst(self, key: str) -> float | None:
         """The largest value of a per-check error (e.g. ``max_abs_error``) over the correctness checks."""
@@ -333,6 +341,8 @@ def _candidate(c: dict[str, Any], paths: RunPaths, jobs: dict[str | None, list[J
         profile=profile,
         jobs=tuple(jobs.get(c["id"], [])),
         reduced_precision=None if reduced is None else tuple(reduced),
+        speedup_interval=tuple(c["speedup_interval"]) if c.get("speedup_interval") else None,
+        speed=c.get("speed"),
     )
 
 

@@ -18,7 +18,7 @@ def candidate_line(c: CandidateRecord, best_id: str | None) -> str:
     reduced = " · reduced precision" if c.reduced_precision else ""
     return (
         f"{c.id}{star}  [{c.status}/{c.verdict or 'unjudged'}]  "
-        f"{fmt(c.speedup_vs_best, '.3f', '×')} vs best ref · {fmt(c.pct_roofline, '.1f', '%')} roofline{reduced}"
+        f"{c.speedup_text} vs best ref · {fmt(c.pct_roofline, '.1f', '%')} roofline{reduced}"
         f" · {c.idea[:100]}"
     )
 

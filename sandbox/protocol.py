@@ -213,7 +213,22 @@ class TimingReport(BaseModel):
         description="\"a/b\": the median over trials of a's time over b's in the same trial (tools.timing."
         "paired_ratios); empty in reports saved before it was recorded",
     )
+    intervals: dict[str, tuple[float, float]] = Field(
+        {},
+        description='"a/candidate": the 95% bootstrap interval of the paired ratio a/candidate, the candidate\'s '
+        "speedup over a (tools.speed); empty without a candidate, and in reports saved before it was recorded",
+    )
     seconds: float = Field(description="wall time of the whole timing phase")
+
+    def interval(self, baseline: Contender, contender: Contender = "candidate") -> tuple[float, float] | None:
+        """The interval of ``contender``'s speedup over ``baseline``, where one was recorded."""
+        return self.intervals.get(f"{baseline}/{contender}")
+
+    def medians_ratio(self, a: Contender, b: Contender) -> float | None:
+        """a's median time over b's: what the paired ratio must agree with (tools.speed.verdict)."""
+        if a not in self.stats or b not in self.stats or not self.stats[b].median_ms:
+            return None
+        return self.stats[a].median_ms / self.stats[b].median_ms
 
     def ratio(self, a: Contender, b: Contender) -> float | None:
         """a's time over b's: the paired per-trial median, or the ratio of the medians where none was recorded."""

@@ -725,6 +725,7 @@ def run_eval(job: EvalJob, phases: Phases) -> JobResult:
             launch_hidden=device.type == "cuda" and job.timing.hide_launch,
             stats=timed.stats,
             paired=timed.paired,
+            intervals=timed.intervals,
             seconds=round(timed.seconds, 4),
         )
         common["timing"] = timing_report

@@ -14,6 +14,7 @@ from tools.evaluation import get_ceilings, noise_flags
 from tools.problem import load_problem
 from tools.roofline import cached_ceilings, floor, percent_of_roofline
 from tools.timing import (
+    EXTEND,
     STABLE_TRIALS,
     CpuTimer,
     CudaTimer,
@@ -56,7 +57,8 @@ def test_every_trial_gets_fresh_values_in_the_same_buffers() -> None:
         return x * n
 
     cfg = TimingConfig(min_trials=4, min_seconds=0.0, warmup_trials=1)
-    stats, _, kept, trials, _ = time_interleaved({"f": record}, buffers, refresh, CpuTimer(), cfg, keep="f")
+    timed = time_interleaved({"f": record}, buffers, refresh, CpuTimer(), cfg, keep="f")
+    stats, kept, trials = timed.stats, timed.kept, timed.trials
     assert trials == 4 and stats["f"].trials == 4
     assert [v for _, v, _ in seen[1:]] == [0.0, 1.0, 2.0, 3.0]  # after the warm-up call: one value per trial
     assert {p for p, _, _ in seen} == {pointer}
@@ -75,12 +77,41 @@ def test_interleaved_timing_tells_slow_from_fast() -> None:
     refresh = refresher(lambda k: [torch.randn(1000)], inputs)
     cfg = TimingConfig(min_trials=20, min_seconds=0.0, warmup_trials=1)
     contenders = {"fast": fast, "slow": slow}
-    stats, paired, kept, trials, seconds = time_interleaved(contenders, inputs, refresh, CpuTimer(), cfg, keep="fast")
+    timed = time_interleaved(contenders, inputs, refresh, CpuTimer(), cfg, keep="fast")
+    stats, paired, kept, trials, seconds = timed.stats, timed.paired, timed.kept, timed.trials, timed.seconds
+    # Told apart at the minimum: no more trials than asked
     assert stats["fast"].trials == stats["slow"].trials == trials == 20
+    low, high = timed.intervals["slow/fast"]
+    assert 1.0 < low <= paired["slow/fast"] <= high
     assert stats["slow"].median_ms >= 3.0 > stats["fast"].median_ms
     assert paired["slow/fast"] > 1.0 > paired["fast/slow"]
     assert torch.equal(kept, inputs[0] + 1)
     assert seconds > 0.06
+
+
+def test_a_contender_not_yet_told_apart_is_timed_on_but_no_further_than_the_bound() -> None:
+    """The kept contender takes 1 ms on even trials and 3 ms on odd ones against a steady 2 ms: its per-trial ratios
+    sit near 2 and near 0.67, so the median's interval spans 1 however many trials run. The loop times on past the
+    minimum, to EXTEND times its trials or seconds."""
+    calls = {"n": 0}
+
+    def steady(x: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.002)
+        return x + 1
+
+    def alternating(x: torch.Tensor) -> torch.Tensor:
+        calls["n"] += 1
+        time.sleep(0.001 if calls["n"] % 2 else 0.003)
+        return x + 1
+
+    inputs = [torch.randn(10)]
+    cfg = TimingConfig(min_trials=10, min_seconds=0.0, warmup_trials=1)
+    timed = time_interleaved(
+        {"steady": steady, "candidate": alternating}, inputs, lambda k: None, CpuTimer(), cfg, keep="candidate"
+    )
+    assert 10 < timed.trials <= EXTEND * 10, timed.trials
+    low, high = timed.intervals["steady/candidate"]
+    assert low < 1.0 < high
 
 
 def test_long_calls_get_fewer_trials_but_never_fewer_than_a_stable_median_needs() -> None:

@@ -28,6 +28,7 @@ from sandbox.protocol import (
     TimingConfig,
     TimingReport,
 )
+from tools import speed
 from tools.checks import Finding, blocking, static_findings
 from tools.device_shares import slots_for
 from tools.errors import CandidateError, EnvironmentProblem
@@ -81,6 +82,16 @@ class Evaluation(BaseModel):
             "vs_compile": timing.speedup("compile"),
             "vs_best": timing.speedup_vs_best,
         }
+
+    def speed_vs_best(self) -> tuple[tuple[float, float] | None, speed.Verdict | None]:
+        """The interval of the speedup over the best reference, and what it allows saying (``tools.speed``):
+        faster, slower, or not distinguishable; (None, None) untimed, or from a report saved before intervals."""
+        timing = self.result.timing
+        ref = timing.best_reference if timing is not None and "candidate" in timing.stats else None
+        if timing is None or ref is None:
+            return None, None
+        interval = timing.interval(ref)  # type: ignore[arg-type]
+        return interval, speed.verdict(interval, timing.medians_ratio(ref, "candidate"))  # type: ignore[arg-type]
 
     def percent_of_roofline(self, contender: str = "candidate") -> float | None:
         timing = self.result.timing

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from sandbox.protocol import TimingConfig, TimingStats
+from tools import speed
 
 _perf_counter = time.perf_counter
 
@@ -236,6 +237,7 @@ def refresher(make: Callable[[int], list[Any]], buffers: list[Any]) -> Callable[
     return refresh
 
 
+EXTEND = 4  # an undecided contender is timed on to at most this many times the trials and seconds of the minimums
 STABLE_TRIALS = 20  # the fewest trials whose median is steady for calls of 10-100 ms (bench/RESULTS.md)
 WARMUP_S = 0.2  # a contender's warm-up stops after two calls once its calls took this long
 
@@ -245,6 +247,7 @@ class Timing(NamedTuple):
 
     stats: dict[str, TimingStats]
     paired: dict[str, float]  # paired_ratios
+    intervals: dict[str, tuple[float, float]]  # tools.speed.paired_intervals of the kept contender
     kept: Any  # the output of the ``keep`` contender's last call (None without one)
     trials: int
     seconds: float
@@ -287,7 +290,8 @@ def time_interleaved(
     flushed. Each output is freed as soon as its call is timed, as a caller would, but ``keep``'s, which is held
     until that contender's next call: its last one comes back (so the caller can check that a timed call returned a
     real result). Trials run until ``cfg``'s minimums are met, the trial count adapted to the calls' length
-    (``min_trials_for``).
+    (``min_trials_for``); then, while ``keep`` cannot yet be called faster or slower than another contender
+    (``tools.speed``), on to at most ``EXTEND`` times the trials and seconds the minimums took.
     """
     rng = random.Random(seed)
     with torch.no_grad():
@@ -299,6 +303,7 @@ def time_interleaved(
         order = list(contenders)
         start = _perf_counter()
         trial = 0
+        reached: tuple[int, float] | None = None  # trials and seconds when the minimums were met
         while True:
             timer.release_between_trials()
             refresh(trial)
@@ -319,6 +324,11 @@ def time_interleaved(
             if trial >= cfg.max_trials or elapsed >= cfg.max_seconds:
                 break
             if trial >= min_trials and elapsed >= cfg.min_seconds:
-                break
+                reached = reached or (trial, elapsed)
+                if keep is None or trial >= EXTEND * reached[0] or elapsed >= EXTEND * reached[1]:
+                    break
+                if (trial - reached[0]) % reached[0] == 0 and not speed.undecided(samples, keep, seed):
+                    break
     stats = {name: summarize(s, host[name]) for name, s in samples.items()}
-    return Timing(stats, paired_ratios(samples), kept, trial, _perf_counter() - start)
+    intervals = speed.paired_intervals(samples, keep, seed) if keep is not None else {}
+    return Timing(stats, paired_ratios(samples), intervals, kept, trial, _perf_counter() - start)

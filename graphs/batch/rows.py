@@ -155,6 +155,8 @@ def row_for(name: str, problem: Problem, paths: RunPaths, how: str, fresh: bool)
             speedup_vs_eager=best.get("speedup_vs_eager"),
             speedup_vs_compile=best.get("speedup_vs_compile"),
             speedup_vs_best=best.get("speedup_vs_best"),
+            speedup_interval=best.get("speedup_interval"),  # None: a run saved before intervals
+            speed=best.get("speed"),
             pct_roofline=best.get("pct_roofline"),
             run_checks=_checks(best),
             verdict=best.get("verdict"),

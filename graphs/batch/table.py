@@ -54,6 +54,12 @@ def precision_notes(rows: list[dict[str, Any]]) -> list[str]:
     return [f"- † Below the problem's precision, which the relaxed policy allows within its tolerance: {items}."]
 
 
+def _interval(r: dict[str, Any]) -> str:
+    """The selected kernel's 95% interval of its speedup over the faster reference, where it was recorded."""
+    low_high = r.get("speedup_interval")
+    return f" [{low_high[0]:.3f}, {low_high[1]:.3f}]" if low_high and not r.get("reference_stands") else ""
+
+
 def _kernel_cell(r: dict[str, Any]) -> str:
     if not r.get("kernel_correct"):
         return "no"
@@ -124,8 +130,8 @@ def markdown(record: dict[str, Any]) -> str:
         lines.append(
             f"| {r['name']} | {r['outcome']} | {r['eager_ms']:.4f} | {x(r['compile_ms'], '.4f', '')} | "
             f"{best_cell(r)} | {x(r['speedup_vs_eager'])} | {x(r['speedup_vs_compile'])} | "
-            f"**{x(r['speedup_vs_best'])}** | {_kernel_cell(r)} | {r['candidates']} | {r.get('tokens') or 0} | "
-            f"{r.get('dollars') or 0:.2f} | {x(r.get('search_wall_s'), '.0f', '')} |"
+            f"**{x(r['speedup_vs_best'])}**{_interval(r)} | {_kernel_cell(r)} | {r['candidates']} | "
+            f"{r.get('tokens') or 0} | {r.get('dollars') or 0:.2f} | {x(r.get('search_wall_s'), '.0f', '')} |"
         )
     fast = " · ".join(
         f"fast_{p:g} {pct(s['fast_p_vs_eager'][f'{p:g}'])} / {pct(s['fast_p_vs_best'][f'{p:g}'])}" for p in FAST_P
