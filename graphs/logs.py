@@ -31,17 +31,33 @@ def _tee_to_events(logger: Any, method: str, event: dict[str, Any]) -> dict[str,
     return event
 
 
-def _console_filter(min_level: int) -> Any:
+CONSOLE_LINE = 160  # without --verbose, the most a console line of a log event takes; the whole event is in the file
+_FRAME = ("event", "level", "timestamp")
+
+
+def _console_filter(min_level: int, short: bool) -> Any:
+    """The console's share of the events: those at ``min_level`` and up, and long waits at any level; ``short``: each
+    as one line of at most ``CONSOLE_LINE`` characters (events.jsonl keeps the whole event), so that a long warning
+    does not bury the progress lines around it."""
+
     def keep(logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
-        if logging.getLevelNamesMapping().get(event.get("level", "info").upper(), 20) < min_level:
+        wait = event.pop("progress", False)  # a long wait (sandbox.devices.WaitNotice) is said at any level
+        if not wait and logging.getLevelNamesMapping().get(event.get("level", "info").upper(), 20) < min_level:
             raise structlog.DropEvent
-        return event
+        if not short:
+            return event
+        text = " ".join([str(event["event"]), *(f"{k}={v}" for k, v in event.items() if k not in _FRAME)])
+        text = " ".join(text.split())  # one line: a field's newlines (a traceback, a log) would break it
+        if len(text) > CONSOLE_LINE:
+            text = text[: CONSOLE_LINE - 1] + "…"
+        return {"event": text, **{k: event[k] for k in _FRAME[1:] if k in event}}
 
     return keep
 
 
 def configure_logging(verbose: bool = False, events_path: Path | None = None) -> None:
-    """INFO and up go to events.jsonl; the console shows WARNING and up (INFO with --verbose)."""
+    """INFO and up go to events.jsonl; the console shows WARNING and up, one short line each (INFO, whole, with
+    --verbose), and long waits for a device turn."""
     global _events
     if _events is not None:
         _events.close()
@@ -55,7 +71,7 @@ def configure_logging(verbose: bool = False, events_path: Path | None = None) ->
             structlog.processors.format_exc_info,
             _redact_keys,
             _tee_to_events,
-            _console_filter(logging.INFO if verbose else logging.WARNING),
+            _console_filter(logging.INFO if verbose else logging.WARNING, short=not verbose),
             structlog.dev.ConsoleRenderer(
                 colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
             ),

@@ -44,6 +44,31 @@ if TYPE_CHECKING:  # both import torch: a process that only takes turns need not
 log = structlog.get_logger(__name__)
 POLL_S = 0.05  # between rounds of non-blocking tries when every device is taken
 CPU = "cpu"
+# A wait for a turn is said on the console after this long, then every WAIT_REPEAT_S: other runs' jobs on the
+# host can hold a device for minutes, and a silent wait looks like a hang.
+WAIT_NOTICE_S, WAIT_REPEAT_S = 2.0, 30.0
+
+
+class WaitNotice:
+    """From ``WAIT_NOTICE_S`` on, a ``waiting`` event every ``WAIT_REPEAT_S`` until ``stop``: marked
+    ``progress=True``, which the CLI's console shows at any log level (graphs.logs). A thread of its own, so that a
+    wait blocked in the kernel (a timing job's lock) is said too."""
+
+    def __init__(self, what: str) -> None:
+        self.what, self.since, self._done = what, time.perf_counter(), threading.Event()
+        self._thread = threading.Thread(target=self._say, name="kforge-wait-notice", daemon=True)
+        self._thread.start()
+
+    def _say(self) -> None:
+        delay = WAIT_NOTICE_S
+        while not self._done.wait(delay):
+            waited = round(time.perf_counter() - self.since)
+            log.info(f"waiting for {self.what}: {waited} s so far", waited_s=waited, progress=True)
+            delay = WAIT_REPEAT_S
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
 
 
 def _lock_name(device: str) -> str:
@@ -106,6 +131,14 @@ class DeviceTurns:
         if not 1 <= slots <= DEVICE_SLOTS:
             raise ConfigError(f"a check holds 1 to {DEVICE_SLOTS} shares of a device, not {slots}")
         since = time.perf_counter()
+        where = "the CPU" if self.devices == [CPU] else f"a device of {', '.join(self.devices)}"
+        notice = WaitNotice(f"{'a timing turn' if exclusive else 'a turn'} on {where}")
+        try:
+            yield from self._hold(exclusive, slots, since, notice)
+        finally:
+            notice.stop()
+
+    def _hold(self, exclusive: bool, slots: int, since: float, notice: WaitNotice) -> Iterator[str]:
         while True:
             # A timing job first looks for a device with no check in flight, and only then waits on one.
             for device, wait in [(d, False) for d in self._order()] + [(d, True) for d in self._order()]:
@@ -135,6 +168,7 @@ class DeviceTurns:
                     shares = taken
                 try:
                     with self._count(device):
+                        notice.stop()
                         self._log_wait(device, exclusive, since)
                         yield device
                 finally:

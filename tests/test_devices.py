@@ -406,3 +406,32 @@ def test_a_pool_takes_the_gpus_asked_for_of_one_model_only(tmp_path: Path) -> No
         gpu_pool(["5"], tmp_path, visible)
     with pytest.raises(EnvironmentProblem, match="no CUDA GPU is visible"):
         gpu_pool(None, tmp_path, [])
+
+
+def test_a_long_wait_for_a_turn_is_said_on_the_console(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A timing job waiting for a check in flight: after WAIT_NOTICE_S the console says so, at the default level,
+    where other info events stay in events.jsonl; and nothing more once it holds its turn."""
+    from graphs.logs import configure_logging
+    from sandbox.devices import WAIT_NOTICE_S
+
+    events = tmp_path / "events.jsonl"
+    configure_logging(verbose=False, events_path=events)
+    checker = multiprocessing.get_context("spawn").Process(
+        target=_check_on_0_for, args=(str(tmp_path), WAIT_NOTICE_S + 1.5)
+    )
+    checker.start()
+    try:
+        _wait_for(tmp_path / "checking")
+        with DeviceTurns(["0"], tmp_path).hold(exclusive=True):
+            said = capsys.readouterr().err
+            time.sleep(WAIT_NOTICE_S + 0.5)  # holding its turn: no notice any more
+    finally:
+        checker.kill()
+        checker.join()
+        configure_logging(verbose=False)
+    assert said.count("waiting for a timing turn on a device of 0") == 1, said
+    assert "waiting for" not in capsys.readouterr().err
+    logged = [json.loads(line) for line in events.read_text().splitlines()]
+    assert any(e.get("progress") and e.get("waited_s", 0) >= 2 for e in logged), logged
+    assert any(e["event"] == "device_turn" for e in logged)  # an info event: in the file, not on the console
+    assert "device_turn" not in said

