@@ -55,6 +55,13 @@ def _console_filter(min_level: int, short: bool) -> Any:
     return keep
 
 
+def _stderr_logger(*args: Any) -> structlog.PrintLogger:
+    """A console logger on the ``sys.stderr`` of the moment (loggers are not cached): one bound to the stream of
+    configure time writes to a closed file once that stream has been replaced and closed (a test's captured
+    stderr), and the event that failed to print is lost with the run's step it came from."""
+    return structlog.PrintLogger(file=sys.stderr)
+
+
 def configure_logging(verbose: bool = False, events_path: Path | None = None) -> None:
     """INFO and up go to events.jsonl; the console shows WARNING and up, one short line each (INFO, whole, with
     --verbose), and long waits for a device turn."""
@@ -77,6 +84,6 @@ def configure_logging(verbose: bool = False, events_path: Path | None = None) ->
             ),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_stderr_logger,
         cache_logger_on_first_use=False,
     )
