@@ -80,22 +80,22 @@ class Profiler:
             vs_best = vs_eager * scale
             interval = ev.result.timing.interval("eager")
             medians = ev.result.timing.medians_ratio("eager", "candidate")
-            best_interval = [interval[0] * scale, interval[1] * scale] if interval else None
-            said = speed.verdict(tuple(best_interval) if best_interval else None, medians * scale if medians else None)
+            best_interval = (interval[0] * scale, interval[1] * scale) if interval else None
+            said = speed.verdict(best_interval, medians * scale if medians else None)
             diagnosis, pct = diagnose(cand_ms, baseline)
             update.update(
                 timing={"eager": eager_ms, "candidate": cand_ms, "candidate_spread": stats["candidate"].spread},
                 speedup_vs_eager=vs_eager,
                 speedup_vs_compile=vs_compile,
                 speedup_vs_best=vs_best,
-                speedup_interval=best_interval,
+                speedup_interval=list(best_interval) if best_interval else None,
                 speed=said,
                 pct_roofline=pct,
                 diagnosis=diagnosis,
             )
             updates.append(update)
             timed.append((vs_best, c))
-            shown = speed.describe(vs_best, tuple(best_interval) if best_interval else None, said)
+            shown = speed.describe(vs_best, best_interval, said)
             text = f"{c['id']}: {cand_ms:.4f} ms, {shown} vs best reference; {diagnosis}"
             for flag in noise_flags(ev.result.timing):
                 log.warning("timing_noisy", candidate_id=c["id"], detail=flag)

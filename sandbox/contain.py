@@ -213,10 +213,10 @@ def _ancestors(path: str) -> list[str]:
 def _reachable(paths: set[str], scratch: str) -> None:
     """Every folder on the way to ``paths`` and to the job's ``scratch`` folder that other users may not enter (a home
     folder of mode 0700 that holds the interpreter, a checkout in a ``mktemp -d`` folder, a Ray worker's folder of
-    jobs) is covered, in this namespace, by a read-only tmpfs of mode
-    0755 holding only the entries on the way (all of them, for a folder in ``paths`` itself), each bound from the
-    original. The job, run as ``NOBODY``, reaches what it needs to run and nothing else of those folders: their other
-    files, readable to anyone by their own mode but kept private by the folder's, stay out of sight."""
+    jobs) is covered, in this namespace, by a read-only tmpfs of mode 0755 holding only the entries on the way (all
+    of them, for a folder in ``paths`` itself), each bound from the original. The job, run as ``NOBODY``, reaches
+    what it needs to run and nothing else of those folders: their other files, readable to anyone by their own mode
+    but kept private by the folder's, stay out of sight."""
     wanted = {a for p in {*paths, scratch} for a in _ancestors(p)}
     closed = [d for d in wanted if not _within(d, scratch) and os.path.isdir(d) and not os.stat(d).st_mode & 0o001]
     for folder in sorted(closed, key=_depth):

@@ -130,15 +130,14 @@ class DeviceTurns:
         """
         if not 1 <= slots <= DEVICE_SLOTS:
             raise ConfigError(f"a check holds 1 to {DEVICE_SLOTS} shares of a device, not {slots}")
-        since = time.perf_counter()
         where = "the CPU" if self.devices == [CPU] else f"a device of {', '.join(self.devices)}"
         notice = WaitNotice(f"{'a timing turn' if exclusive else 'a turn'} on {where}")
         try:
-            yield from self._hold(exclusive, slots, since, notice)
+            yield from self._hold(exclusive, slots, notice)
         finally:
             notice.stop()
 
-    def _hold(self, exclusive: bool, slots: int, since: float, notice: WaitNotice) -> Iterator[str]:
+    def _hold(self, exclusive: bool, slots: int, notice: WaitNotice) -> Iterator[str]:
         while True:
             # A timing job first looks for a device with no check in flight, and only then waits on one.
             for device, wait in [(d, False) for d in self._order()] + [(d, True) for d in self._order()]:
@@ -169,7 +168,7 @@ class DeviceTurns:
                 try:
                     with self._count(device):
                         notice.stop()
-                        self._log_wait(device, exclusive, since)
+                        self._log_wait(device, exclusive, notice.since)
                         yield device
                 finally:
                     for handle in shares:

@@ -119,10 +119,9 @@ def noise_flags(timing: TimingReport) -> list[str]:
     apart = {}
     for ref in ("eager", "compile"):
         paired = timing.paired.get(f"{ref}/candidate")
-        if paired and "candidate" in timing.stats:
-            medians = timing.stats[ref].median_ms / timing.stats["candidate"].median_ms
-            if abs(math.log(medians / paired)) > math.log1p(NOISY_DISAGREEMENT):
-                apart[ref] = (paired, medians)
+        medians = timing.medians_ratio(ref, "candidate")  # type: ignore[arg-type]
+        if paired and medians and abs(math.log(medians / paired)) > math.log1p(NOISY_DISAGREEMENT):
+            apart[ref] = (paired, medians)
     if not spreads and not apart:
         return []
     said = [f"{name}'s spread {spread:.2f}" for name, spread in spreads.items()]

@@ -4,8 +4,8 @@ A timing phase runs every contender once per trial, on the same fresh inputs, ba
 contenders' times within one trial cancels what slows the whole machine for a moment. The median of those per-trial
 ratios is the speedup (``tools.timing.paired_ratios``); its bootstrap interval says how sure that figure is. A
 contender is called faster only when the whole interval lies above 1 (by ``MIN_EFFECT`` at least) and the ratio of
-the two medians agrees (a
-median ratio below 1 means the pairs and the medians tell different stories: timing noise, not evidence).
+the two medians agrees (a median ratio below 1 means the pairs and the medians tell different stories: timing
+noise, not evidence).
 Otherwise the two are "not distinguishable", and no winner is picked on noise.
 """
 

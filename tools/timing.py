@@ -211,13 +211,12 @@ def paired_ratios(samples: dict[str, list[float]]) -> dict[str, float]:
     clock change) slows both sides of one trial's ratio; the ratio of two medians can take its numerator from a
     slow spell and its denominator from a quick one.
     """
-    arrays = {name: np.asarray(s, dtype=np.float64) for name, s in samples.items()}
     out = {}
-    for a, x in arrays.items():
-        for b, y in arrays.items():
-            both = (x > 0) & (y > 0) if a != b and len(x) == len(y) else np.zeros(0, dtype=bool)
-            if both.any():  # a timer can read 0 for a call shorter than its resolution: no ratio from that trial
-                out[f"{a}/{b}"] = float(np.median(x[both] / y[both]))
+    for a, x in samples.items():
+        for b, y in samples.items():
+            ratios = speed.per_trial_ratios(x, y) if a != b else np.zeros(0)
+            if len(ratios):
+                out[f"{a}/{b}"] = float(np.median(ratios))
     return out
 
 
