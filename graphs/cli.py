@@ -193,6 +193,7 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from sandbox.config import job_machine, make_sandbox
+    from sandbox.devices import WAIT_NOTICE_S
     from tools.evaluation import evaluate, read_candidate
     from tools.problem import load_problem
 
@@ -214,6 +215,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         seed=args.seed,
         timing=timing_config(args),
         timeout_s=args.timeout,
+        notice_after_s=WAIT_NOTICE_S,  # one job is all eval waits for: said from the first seconds
     )
     if args.json:
         print(evaluation.model_dump_json(indent=2))
@@ -617,10 +619,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="relaxed: atol=rtol=1e-2; strict: 1e-4 for fp32",
     )
     add_checking_options(ev)
-    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument(
+        "--seed", type=int, default=0, help="seed of the checks' input sets and the model's parameters (default 0)"
+    )
     ev.add_argument("--no-compile", action="store_true", help="skip the torch.compile reference")
     add_timing_mode(ev)
-    ev.add_argument("--timeout", type=float, default=600.0, help="wall-clock limit of the job in seconds")
+    ev.add_argument("--timeout", type=float, default=600.0, help="wall-clock limit of the job, s (default 600)")
     ev.add_argument("--json", action="store_true", help="print the full evaluation as JSON")
     add_sandbox_options(ev)
     ev.set_defaults(func=cmd_eval)
@@ -642,10 +646,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_ncu_option(run)
     add_checking_options(run)
     add_timing_mode(run)
-    run.add_argument("--max-wall", type=float, default=None, help="wall-time budget in seconds")
-    run.add_argument("--max-tokens", type=int, default=None)
-    run.add_argument("--max-dollars", type=float, default=None)
-    run.add_argument("--max-gpu-s", type=float, default=None, help="budget of sandbox job seconds")
+    run.add_argument("--max-wall", type=float, default=None, help="wall-time budget, s (default: none)")
+    run.add_argument("--max-tokens", type=int, default=None, help="LLM token budget (default: none)")
+    run.add_argument("--max-dollars", type=float, default=None, help="LLM dollar budget (default: none)")
+    run.add_argument("--max-gpu-s", type=float, default=None, help="budget of sandbox job seconds (default: none)")
     run.add_argument("--runs-dir", default=None, help="where run folders go (default ./runs or $KFORGE_RUNS_DIR)")
     run.set_defaults(func=cmd_run)
 

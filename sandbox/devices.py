@@ -50,17 +50,18 @@ WAIT_NOTICE_S, WAIT_REPEAT_S = 2.0, 30.0
 
 
 class WaitNotice:
-    """From ``WAIT_NOTICE_S`` on, a ``waiting`` event every ``WAIT_REPEAT_S`` until ``stop``: marked
+    """From ``first_s`` (``WAIT_NOTICE_S``) on, a ``waiting`` event every ``WAIT_REPEAT_S`` until ``stop``: marked
     ``progress=True``, which the CLI's console shows at any log level (graphs.logs). A thread of its own, so that a
     wait blocked in the kernel (a timing job's lock) is said too."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, first_s: float = WAIT_NOTICE_S) -> None:
         self.what, self.since, self._done = what, time.perf_counter(), threading.Event()
+        self._first_s = first_s
         self._thread = threading.Thread(target=self._say, name="kforge-wait-notice", daemon=True)
         self._thread.start()
 
     def _say(self) -> None:
-        delay = WAIT_NOTICE_S
+        delay = self._first_s
         while not self._done.wait(delay):
             waited = round(time.perf_counter() - self.since)
             log.info(f"waiting for {self.what}: {waited} s so far", waited_s=waited, progress=True)

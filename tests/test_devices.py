@@ -279,6 +279,34 @@ def test_evaluate_gives_a_check_the_shares_of_the_device_its_working_set_needs(t
         assert sandbox.jobs[-1].device_slots == slots
 
 
+def test_a_job_still_running_is_said_on_the_console_with_what_it_waits_for() -> None:
+    from structlog.testing import capture_logs
+
+    from sandbox.config import LocalSandboxConfig
+    from sandbox.local import LocalSandbox
+    from tests.conftest import CANDIDATES, PROBLEMS
+    from tools.evaluation import evaluate
+    from tools.problem import load_problem
+
+    with capture_logs() as logs:
+        ev = evaluate(
+            load_problem(PROBLEMS / "softmax_small.py"),
+            (CANDIDATES / "softmax_cpu.py").read_text(),
+            sandbox=LocalSandbox(LocalSandboxConfig(prefork=False)),  # a new interpreter: seconds before the verdict
+            device="cpu",
+            available_bytes=8 << 30,
+            candidate_name="softmax_cpu.py",
+            references=("eager",),
+            n_checks=1,
+            time_candidate=False,
+            notice_after_s=0.2,
+        )
+    assert ev.result.status == "ok", ev.result.reason
+    said = [e for e in logs if e.get("progress")]
+    assert said and said[0]["event"].startswith("waiting for the job of softmax_cpu.py on cpu (a turn, the reference, ")
+    assert said[0]["waited_s"] >= 0
+
+
 def _hold_cpu_until(flag: str, release: str) -> None:
     from tools.paths import cache_dir
 

@@ -207,6 +207,7 @@ def test_cli_run_then_trace_and_runs(tmp_path: Path) -> None:
     assert "class ModelNew" in detail.stdout
     listing = _kforge("runs", env=env)
     assert run_dir.name in listing.stdout
+    assert_readme_sample_is_printed_as_the_cli_prints(out.stdout)
     # A reader that stops early (`| head`) ends the command quietly, as the pipe's signal would
     read_end, write_end = os.pipe()
     os.close(read_end)
@@ -220,6 +221,26 @@ def test_cli_run_then_trace_and_runs(tmp_path: Path) -> None:
     )
     os.close(write_end)
     assert closed.returncode == 128 + signal.SIGPIPE and "Traceback" not in closed.stderr, closed.stderr
+
+
+def _shape(line: str) -> str:
+    """A line of run output with what differs between runs masked: figures, candidate ids, the interval's verdict
+    and the idea's own words (the end of a candidate line); and the ★ of the best."""
+    line = re.sub(r"(roofline(?: · reduced precision)?) · .*$", r"\1 · IDEA", line.replace(" ★", ""))
+    line = re.sub(r"\b(faster|slower|not distinguishable)\)", "VERDICT)", line)
+    return re.sub(r"c\d+-\d+|\d+(?:\.\d+)?|—", "9", line).strip()
+
+
+def assert_readme_sample_is_printed_as_the_cli_prints(printed: str) -> None:
+    """The README's demo sample came from a real run: every line of it must be one this version prints, shape for
+    shape (the figures of one run are not another's), so a change of the output format fails here until the sample
+    is taken again."""
+    readme = (ROOT / "README.md").read_text()
+    sample = readme.split("shows how it got there:\n\n```\n", 1)[1].split("```", 1)[0].splitlines()
+    shapes = {_shape(line) for line in printed.splitlines()}
+    assert sample and all(_shape(line) in shapes for line in sample), [
+        line for line in sample if _shape(line) not in shapes
+    ]
 
 
 @pytest.mark.parametrize("bad", ["--rounds=0", "--ideas=0", "--roles=planner,nope"])

@@ -17,6 +17,7 @@ import structlog
 from pydantic import BaseModel, Field
 
 from sandbox.config import Sandbox
+from sandbox.devices import WaitNotice
 from sandbox.protocol import (
     Ceilings,
     CeilingsJob,
@@ -37,6 +38,7 @@ from tools.roofline import Floor, cached_ceilings, floor, percent_of_roofline, s
 
 log = structlog.get_logger(__name__)
 
+JOB_NOTICE_S = 30.0  # a search's job still running after this long is said on the console (eval asks sooner)
 REVIEW_SPEEDUP = 10.0  # a speedup above this is reported, and flagged for a human to look at
 NOISY_SPREAD = 0.5  # a contender's interquartile range over its median above this: its times are not one level
 NOISY_DISAGREEMENT = 0.10  # paired and ratio-of-medians speedups further apart than this: the machine had slow spells
@@ -231,6 +233,7 @@ def evaluate(
     with_roofline: bool = True,
     time_candidate: bool = True,
     static_precheck: bool = True,
+    notice_after_s: float = JOB_NOTICE_S,
 ) -> Evaluation:
     """Judge ``candidate_source`` (None: the reference alone) on ``problem`` in ``sandbox``.
 
@@ -240,6 +243,9 @@ def evaluate(
     them too: tests/test_runtime_checks.py, bench/checks_dynamic.py) and the problem's own code as its
     candidate (it runs the reference's op, and every memory probe with it: tests/test_memory.py,
     bench/memory_plan.py). Never pass it for a candidate a user or an agent wrote.
+
+    A job still running after ``notice_after_s`` is said on the console, then every ``WAIT_REPEAT_S``
+    (``sandbox.devices.WaitNotice``): `kforge eval` waits on one job alone and asks early; a search runs many.
     """
     working_set = check_fits(problem.info, device, available_bytes, n_checks)
     found = static_findings(candidate_source, problem.info) if candidate_source else []
@@ -267,7 +273,15 @@ def evaluate(
         bound.info("evaluate_static_rejection", findings=[str(f) for f in rejecting])
         result = static_rejection(job.job_id, rejecting)
     else:
-        result = sandbox.run(job)
+        what = f"the job of {candidate_name if candidate_source is not None else 'the reference'} on {device}"
+        notice = WaitNotice(
+            f"{what} (a turn, the reference, {'the checks, ' if candidate_source else ''}the timing)",
+            first_s=notice_after_s,
+        )
+        try:
+            result = sandbox.run(job)
+        finally:
+            notice.stop()
     evaluation = Evaluation(
         anti_cheat=[str(f) for f in rejecting] + [str(f) for f in result.findings if f.blocking],
         reduced_precision=[str(f) for f in found if f not in rejecting]
