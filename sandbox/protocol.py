@@ -29,7 +29,8 @@ STATUS_MEANING: dict[str, str] = {
     "rejected": "an anti-cheat check caught a trick, in its source (then nothing of it ran) or while it ran "
     "(the reason names it); it is never timed",
     "timeout": "the job ran past its wall-clock limit and was killed",
-    "crashed": "the worker died without a valid verdict (segfault, exit, tampered result channel)",
+    "crashed": "the worker or the candidate's process died without a valid answer (segfault, exit, tampered "
+    "result channel)",
 }
 
 
@@ -92,6 +93,11 @@ class EvalJob(ProblemJob):
     time_candidate: bool = Field(True, description="False: correctness only")
     arch: str | None = Field(None, description="NVRTC arch for the compile pre-check; None: the device's")
     timeout_s: float = Field(600.0, gt=0)
+    separate_candidate: bool = Field(
+        True,
+        description="run the candidate in a process of its own, the runner (sandbox.runner): CPU jobs; a CUDA job "
+        "runs it in the worker until the runner is verified on a GPU",
+    )
     device_slots: int = Field(
         1,
         ge=1,
@@ -104,6 +110,11 @@ class EvalJob(ProblemJob):
     def timed(self) -> bool:
         """Does the job time anything?"""
         return self.time_candidate and (bool(self.references) or self.candidate_source is not None)
+
+    @property
+    def split(self) -> bool:
+        """Does the candidate run in the runner, outside the process that judges it?"""
+        return self.separate_candidate and self.candidate_source is not None and self.device == "cpu"
 
     @property
     def alone(self) -> bool:

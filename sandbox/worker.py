@@ -1,11 +1,15 @@
-"""Run one job in this process: ``python -m sandbox.worker --job FILE --result-fd N``.
+"""Run one job: ``python -m sandbox.worker --job FILE --result-fd N``. This process is the job's judge.
 
-Order matters and is the point of this module. Before any candidate code exists in the process the
-worker: reads its channel key from stdin, captures the clock functions (the timer), builds the
-reference model, computes every expected output (and its float64 twin) on fresh seeded inputs,
-prepares the timing input sets and compiles the ``torch.compile`` reference. Only then does it
-compile and import the candidate, so a candidate that patches torch cannot change the expected
-answers or the clock.
+A CPU job's candidate runs in a process of its own, the runner (``sandbox.runner``), forked first thing, before the
+channel's key is read and before anything of the job exists; the judge never imports, calls or unpickles anything of
+the candidate's. It reads its channel key, captures the clock functions (the timer), builds the reference model,
+computes every expected output (and its float64 twin) on fresh seeded inputs, prepares the timing input sets and
+compiles the ``torch.compile`` reference; then has the runner build the candidate and call it, compares what comes
+back with its own answers and times the calls with its own clock.
+
+Where the candidate still runs in this process (CUDA jobs, until the runner is verified on a GPU) order is the
+guarantee: all of the above comes before the candidate is compiled and imported, so a candidate that patches torch
+cannot change the expected answers or the clock.
 """
 
 from __future__ import annotations
@@ -16,21 +20,20 @@ import os
 import platform
 import resource
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import torch
 from pydantic import TypeAdapter
 from torch import nn
-from torch.multiprocessing.reductions import StorageWeakRef
 
 from sandbox import contain, profiling
+from sandbox.candidate import CandidateSide, Memory, limit_output
 from sandbox.channel import KEY_BYTES, make_sender
+from sandbox.failures import JobFailed, candidate_code, describe, set_candidate
 from sandbox.protocol import (
     AnyJob,
     CeilingsJob,
@@ -45,6 +48,7 @@ from sandbox.protocol import (
     Status,
     TimingReport,
 )
+from sandbox.runner import RemoteSide, RoundTripTimer, Runner
 from tools import correctness, runtime_checks, timing
 from tools.answers import AnswerStore, to_host
 from tools.cheat_tricks import (
@@ -56,79 +60,12 @@ from tools.cheat_tricks import (
     UNINITIALISED_MEMORY,
     library_family,
 )
-from tools.compile import CompileReport, check_candidate_cuda, map_c_log_to_candidate
+from tools.compile import CompileReport, check_candidate_cuda
 from tools.device import cpu_name
-from tools.errors import CompileError, ProblemError
+from tools.errors import ProblemError
 from tools.memory import PeakMeter, Plan, chunk_elements, make_plan, memory_cap, return_freed
-from tools.problem import build_model, copy_parameters, exec_source, import_source, make_inputs
-from tools.runtime_checks import AuditWatch, HarnessSnapshot, OpRecorder
-
-OUTPUT_LIMIT_BYTES = 256 << 20  # a candidate flooding stdout or disk is killed by SIGXFSZ
-
-
-class JobFailed(Exception):
-    """Ends a job early with a status; raised by the phases below, turned into a JobResult."""
-
-    def __init__(self, status: Status, reason: str, details: str = "") -> None:
-        super().__init__(reason)
-        self.status, self.reason, self.details = status, reason, details
-
-
-def classify(exc: BaseException) -> Status:
-    """Map an exception raised by candidate code to a status."""
-    name = type(exc).__name__
-    if isinstance(exc, CompileError | SyntaxError) or name in {"CompileException", "NVRTCError"}:
-        return "compile_error"
-    if "Error building extension" in str(exc):  # torch.utils.cpp_extension.load_inline
-        return "compile_error"
-    return "runtime_error"
-
-
-def describe(exc: BaseException) -> str:
-    oom = isinstance(exc, torch.OutOfMemoryError | MemoryError) or type(exc).__name__ == "OutOfMemoryError"
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{'out of memory: ' if oom else ''}{type(exc).__name__}: {text}"[:500]
-
-
-@contextlib.contextmanager
-def candidate_code(phase: str) -> Iterator[None]:
-    """Run candidate code; any exception becomes a JobFailed naming the phase."""
-    try:
-        yield
-    except JobFailed:
-        raise
-    except BaseException as exc:  # SystemExit or KeyboardInterrupt raised by a candidate count too
-        if isinstance(exc, CompileError):
-            raise _compile_failure(exc, phase) from exc
-        raise JobFailed(classify(exc), f"{phase}: {describe(exc)}", _from_candidate(exc)) from exc
-
-
-_candidate: dict[str, str] = {}  # the job's candidate source and file name, for compile-error lines and tracebacks
-
-
-def _from_candidate(exc: BaseException) -> str:
-    """The traceback from the candidate's first frame on: the harness's frames above it (the worker, its watch,
-    ``nn.Module.__call__``) say nothing about the candidate's error. The whole one where no frame is the
-    candidate's."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename != _candidate.get("name"):
-        tb = tb.tb_next
-    if tb is None:
-        return traceback.format_exc()
-    return "".join(traceback.format_exception(type(exc), exc, tb))
-
-
-def _compile_failure(exc: CompileError, phase: str) -> JobFailed:
-    """A C compile error, its lines re-pointed at the candidate file when the C source is a literal of it."""
-    mapped = None
-    if exc.source and _candidate:
-        mapped = map_c_log_to_candidate(exc.log, exc.source, _candidate["source"], _candidate["name"])
-    if mapped is None:
-        return JobFailed("compile_error", f"{phase}: {describe(exc)}", exc.log or traceback.format_exc())
-    log, diagnostics = mapped
-    first = diagnostics[0] if diagnostics else None
-    where = f" at line {first.line}: {first.message}" if first else ""
-    return JobFailed("compile_error", f"{phase}: C compiler{where}", log)
+from tools.problem import build_model, exec_source, make_inputs
+from tools.runtime_checks import OpRecorder
 
 
 class Phases:
@@ -176,8 +113,8 @@ def environment(device: torch.device) -> dict[str, str]:
 def _in_float64(model: nn.Module) -> Iterator[None]:
     """The model's floating parameters and buffers as float64 inside, each back in its own dtype after."""
     dtypes = {name: t.dtype for name, t in [*model.named_parameters(), *model.named_buffers()]}
-    model.double()
     try:
+        model.double()  # inside: a conversion that runs out of memory half way is undone too
         yield
     finally:
         for name, t in [*model.named_parameters(), *model.named_buffers()]:
@@ -274,6 +211,14 @@ class Reference:
     def make(self, seed: int) -> list[Any]:
         return make_inputs(self.module.get_inputs, self.device, seed)
 
+    def output_bytes(self) -> list[int]:
+        """Per output, the most bytes an answer of it takes (the second shape's answers included)."""
+        sizes = [t.numel() * t.element_size() for t in self.like]
+        if "variant" in self.answers:
+            variant = [t.numel() * t.element_size() for t in self.answers.view("variant")]
+            sizes = [max(a, b) for a, b in zip(sizes, variant, strict=False)] + sizes[len(variant) :]
+        return sizes
+
     def memory_report(self) -> MemoryReport:
         return MemoryReport(
             method=self.meter.method,  # type: ignore[arg-type]
@@ -314,6 +259,7 @@ class Reference:
             n,
             self.device.type,
             make_peak=self.memory["make_peak"],
+            separate=self.job.split,
         )
 
     def _keep(self, i: int, outs: list[Any], inputs: list[Any]) -> None:
@@ -414,17 +360,13 @@ class Rejected(Exception):
 
 
 class CandidateRun:
-    """Runs the candidate under watch: correctness checks, then the anti-cheat probes."""
+    """The checks of a candidate: correctness, then the anti-cheat probes. ``side`` runs it: in the runner (a
+    ``sandbox.runner.RemoteSide``) or, on paths not yet split, in this process (a ``CandidateSide``)."""
 
-    def __init__(self, job: EvalJob, device: torch.device, ref: Reference, candidate: nn.Module, watch: Watch) -> None:
-        self.job, self.device, self.ref, self.candidate, self.watch = job, device, ref, candidate, watch
+    def __init__(self, job: EvalJob, device: torch.device, ref: Reference, side: CandidateSide | RemoteSide) -> None:
+        self.job, self.device, self.ref, self.side = job, device, ref, side
         self.findings: list[RuntimeFinding] = []
-        self.ops = OpRecorder()
         self.library: str | None = None  # set when it ran an allowed heavy op in the library (said in the result)
-        # The last call's outputs' storages, weakly: an output on one of them still alive (held by the candidate, as
-        # the harness lets go of every output before the next call) is memory returned twice. A freed one may come
-        # back from the allocator, which is no reuse of the candidate's.
-        self._previous: list[tuple[StorageWeakRef, int]] = []
 
     def note(self, found: list[RuntimeFinding]) -> None:
         self.findings += [f for f in found if str(f) not in {str(g) for g in self.findings}]
@@ -433,35 +375,8 @@ class CandidateRun:
 
     def call(self, inputs: list[Any], what: str, poison_value: float = float("nan")) -> list[Any]:
         """One watched call on ``inputs`` after poisoning freed memory; its flattened outputs."""
-        recorder = OpRecorder()
-
-        def recorded(*args: Any) -> Any:
-            # Only the candidate's own call is recorded, not the watch's snapshot and comparison around it: the
-            # library exemption (cheat_tricks.library_family) reads every op the candidate ran in torch.
-            with recorder:
-                return self.candidate(*args)
-
-        poisoned = runtime_checks.poisoned(self.device, self.ref.like, poison_value)
-        with poisoned, candidate_code(what), torch.no_grad(), self.watch.audit.on():
-            out, found = runtime_checks.watch_call(
-                recorded,
-                inputs,
-                self.device,
-                self.ref.timer.synchronize,
-                self.watch.threads,
-                self.watch.children,
-                self.ref.chunk,
-            )
-        self.ops.ops.update(recorder.ops)
-        self.ops.low_dtypes.update(recorder.low_dtypes)
+        outs, found = self.side.call(inputs, what, poison_value)
         self.note(found)
-        outs = correctness.flatten_outputs(out)
-        del out
-        held = {ptr for ref, ptr in self._previous if not ref.expired()}
-        tensors = [t for t in outs if isinstance(t, torch.Tensor) and t.numel()]
-        if held & {t.untyped_storage().data_ptr() for t in tensors}:
-            self.note([runtime_checks.finding(RESULT_CACHE, "returned the same output memory as its previous call")])
-        self._previous = [(StorageWeakRef(t.untyped_storage()), t.untyped_storage().data_ptr()) for t in tensors]
         return outs
 
     def compare(self, actual: list[Any], key: int | str, seed: int) -> CheckResult:
@@ -489,10 +404,21 @@ class CandidateRun:
                 self._judge_right_answer(i, actual, first=not checks)
             del actual  # gone before the next call: an output still alive then is one the candidate kept
             return_freed(self.device)
+            if not checks and isinstance(self.side, RemoteSide):
+                self._count_runner()
             if not check.passed and all(c.passed for c in checks):
                 self.diagnose_failure(i)
             checks.append(check)
         return checks
+
+    def _count_runner(self) -> None:
+        """Count the runner's memory into the job's from here: after the candidate's first call, which (as the
+        reference's first call in this process) loads what a process loads once, less the input set and the output
+        slots, which this process's resident set holds already."""
+        assert isinstance(self.side, RemoteSide)
+        self.side.runner.rebase()
+        inputs = sum(t.numel() * t.element_size() for t in self.ref.buffers if isinstance(t, torch.Tensor))
+        self.ref.meter.add_process(self.side.runner.pid, inputs + sum(self.ref.output_bytes()))
 
     def _judge_right_answer(self, i: int, actual: list[Any], first: bool) -> None:
         """What a right answer can still hide: another memory layout (said once), or a constant passing only
@@ -514,24 +440,19 @@ class CandidateRun:
         most often). The poison must be the failed call's: an fmax-style read that a huge value broke would pass
         under a NaN, and a changed poison would pass for a replay.
         """
-        like = self.ref.like
-        if self._rerun_passes(key, lambda: runtime_checks.poisoned(self.device, like, poison_value)):
+        if self._rerun_passes(key, ("poisoned", poison_value)):
             why = "wrong on inputs in buffers it had seen before, right on the same values in new buffers"
             self.note([runtime_checks.finding(RESULT_CACHE, why)])
-        if self._rerun_passes(key, lambda: runtime_checks.primed(self.device, self.ref.answers.get(key))):
+        if self._rerun_passes(key, ("primed", self.ref.answers.get(key))):
             why = "wrong when freed memory is poisoned, right when it holds the reference's answer"
             self.note([runtime_checks.finding(UNINITIALISED_MEMORY, why + ": the output is memory it never wrote")])
 
-    def _rerun_passes(self, key: int | str, memory: Callable[[], AbstractContextManager[None]]) -> bool:
-        """Run on check ``key``'s inputs in new buffers with freed memory as ``memory()`` leaves it; pass?"""
-        fresh = self.ref.inputs_for(key, None)
-        with memory():
-            try:
-                with self.watch.audit.on(), torch.no_grad():
-                    actual = correctness.flatten_outputs(self.candidate(*fresh))
-            except Exception as exc:  # the first failure stands; a rerun only names its cause when it can
-                self.ref.notes.append(f"diagnosis rerun raised {describe(exc)}")
-                return False
+    def _rerun_passes(self, key: int | str, memory: Memory) -> bool:
+        """Run on check ``key``'s inputs in new buffers with freed memory as ``memory`` leaves it; pass?"""
+        actual, error = self.side.rerun(self.ref.inputs_for(key, None), memory)
+        if actual is None:  # the first failure stands; a rerun only names its cause when it can
+            self.ref.notes.append(f"diagnosis rerun raised {error}")
+            return False
         return self.compare(actual, key, -1).passed
 
     def probe(self) -> None:
@@ -567,40 +488,19 @@ class CandidateRun:
                     self.note([runtime_checks.finding(HARD_CODED_SHAPE, f"wrong with {described}: {check.reason}")])
                 del other
         if self.device.type == "cuda":
-            buffers = ref.inputs_for(0, ref.buffers)
-            with candidate_code("running the candidate (stream check)"), torch.no_grad(), self.watch.audit.on():
-                streams, current = runtime_checks.kernel_streams(lambda: self.candidate(*buffers), self.device)
-            self.note(runtime_checks.stream_findings(streams, current))
+            self.note(self.side.streams(ref.inputs_for(0, ref.buffers)))
         library = library_family(ref.recorder.ops)  # a heavy op + pointwise tail problem: see cheat_tricks
+        self.side.fetch_ops()
+        ops = self.side.ops
         self.note(
             runtime_checks.op_findings(
-                self.ops, ref.recorder.heavy_families(), bool(ref.recorder.low_dtypes), job.policy, library
+                ops, ref.recorder.heavy_families(), bool(ref.recorder.low_dtypes), job.policy, library
             )
         )
-        self.library = runtime_checks.library_note(self.ops, library, self.device)
+        self.library = runtime_checks.library_note(ops, library, self.device)
         if self.library:
             ref.warnings.append(self.library)
-        self.note(self.watch.changes())
-
-
-class Watch:
-    """The pristine harness, recorded before the candidate is imported; ``changes`` compares to it."""
-
-    def __init__(self, device: torch.device, candidate_file: str) -> None:
-        self.device = device
-        self.snapshot = HarnessSnapshot(device)
-        self.audit = AuditWatch(candidate_file)
-        self.threads = set(threading.enumerate())
-        # torch.compile's reference starts a pool of compile workers on a many-core host: the harness's own.
-        self.children = frozenset(runtime_checks.child_processes())
-        self.stream = torch.cuda.current_stream(device) if device.type == "cuda" else None
-        self.l2 = runtime_checks.l2_state(self.stream) if self.stream is not None else None
-
-    def changes(self) -> list[RuntimeFinding]:
-        found = self.snapshot.changes() + self.audit.findings
-        if self.stream is not None and self.l2 is not None:
-            found += runtime_checks.l2_findings(self.l2, runtime_checks.l2_state(self.stream))
-        return found
+        self.note(self.side.changes())
 
 
 def _result(job: EvalJob, status: Status, reason: str, ref: Reference, phases: Phases, **fields: Any) -> JobResult:
@@ -628,7 +528,78 @@ def _compile_check(job: EvalJob, env: dict[str, str], phases: Phases) -> list[Co
     return reports
 
 
-def run_eval(job: EvalJob, phases: Phases) -> JobResult:
+def _load(
+    job: EvalJob, device: torch.device, ref: Reference, runner: Runner | None
+) -> tuple[CandidateSide | RemoteSide, int, list[RuntimeFinding]]:
+    """The candidate built from its source: in the runner where the job has one, else in this process."""
+    assert job.candidate_source is not None
+    params = dict(ref.model.state_dict())
+    if runner is None:
+        return CandidateSide.load(
+            job.candidate_source,
+            job.candidate_name,
+            ref.module.Model,
+            ref.init,
+            params,
+            device,
+            job.seed,
+            ref.like,
+            ref.timer.synchronize,
+            ref.chunk,
+        )
+    side, copied, found = RemoteSide.load(
+        runner,
+        job.candidate_source,
+        job.candidate_name,
+        job.problem_source,
+        job.problem_name,
+        ref.init,
+        params,
+        device,
+        job.seed,
+        ref.like,
+        ref.chunk,
+        ref.output_bytes(),
+    )
+    side.share_buffers(ref.buffers)
+    return side, copied, found
+
+
+def _where_candidate_runs(job: EvalJob, runner: Runner | None) -> str:
+    """Said in the result's environment: whether the process that judged the candidate also ran it."""
+    if job.candidate_source is None:
+        return "none"
+    if runner is not None:
+        return f"its own (the runner; a bare call's round trip {runner.round_trip_ms * 1e3:.0f} us)"
+    return (
+        "the worker's (CUDA jobs: the runner is not yet verified on a GPU)" if job.device != "cpu" else "the worker's"
+    )
+
+
+@contextlib.contextmanager
+def _stopped(runner: Runner | None) -> Iterator[None]:
+    """The runner stopped throughout (it is continued only for its own timed calls), continued after."""
+    if runner is None:
+        yield
+        return
+    runner.stop()
+    try:
+        yield
+    finally:
+        runner.resume()
+
+
+def _seen(side: CandidateSide | RemoteSide | None) -> list[RuntimeFinding]:
+    """What the candidate's process saw change, blocking findings only; nothing where it cannot say (it died)."""
+    if side is None:
+        return []
+    try:
+        return [f for f in side.changes() if f.blocking]
+    except JobFailed:
+        return []
+
+
+def run_eval(job: EvalJob, phases: Phases, runner: Runner | None = None) -> JobResult:
     device = torch.device(job.device)
     if device.type == "cuda":
         if not torch.cuda.is_available():
@@ -636,28 +607,25 @@ def run_eval(job: EvalJob, phases: Phases) -> JobResult:
         device = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(device)
     env = environment(device)
+    env["candidate_process"] = _where_candidate_runs(job, runner)
     meter = PeakMeter(device)  # before the timer, so that its cache-flush buffer counts in the job's peak
     phases.meter = meter
     ref = Reference(job, device, phases, meter)
     contenders = dict(ref.contenders)
     common: dict[str, Any] = {"environment": env}
     run = None
-    _limit_files()
+    side: CandidateSide | RemoteSide | None = None
+    if runner is None:  # the runner limits its own files (it alone runs candidate code); the judge makes big memfds
+        limit_output()
     if job.candidate_source is not None:
-        _candidate.update(source=job.candidate_source, name=job.candidate_name)
+        set_candidate(job.candidate_source, job.candidate_name)
         if device.type == "cuda":
             common["compile"] = _compile_check(job, env, phases)
-        watch = Watch(device, job.candidate_name)
         try:
-            with phases("import"), candidate_code("importing the candidate"), watch.audit.on():
-                cand_module = import_source(job.candidate_source, job.candidate_name, "candidate")
-                model_cls = getattr(cand_module, "ModelNew", None)
-                if not (isinstance(model_cls, type) and issubclass(model_cls, nn.Module)):
-                    raise JobFailed("runtime_error", "the candidate defines no `ModelNew` nn.Module subclass")
-                candidate = build_model(model_cls, ref.init, device, job.seed)
-                copied = copy_parameters(ref.model, candidate)
-            run = CandidateRun(job, device, ref, candidate, watch)
-            run.note(watch.changes() + runtime_checks.inherited_reference(model_cls, ref.module.Model))
+            with phases("import"):
+                side, copied, found = _load(job, device, ref, runner)
+            run = CandidateRun(job, device, ref, side)
+            run.note(found)
             with phases("correctness"):
                 checks = run.check()
             common["correctness"] = CorrectnessReport(
@@ -669,7 +637,7 @@ def run_eval(job: EvalJob, phases: Phases) -> JobResult:
                 parameters_copied=copied,
             )
             if not common["correctness"].passed:
-                run.note(watch.changes())  # a wrong answer from a candidate caught cheating: name the trick
+                run.note(side.changes())  # a wrong answer from a candidate caught cheating: name the trick
                 first_bad = next(c for c in checks if not c.passed)
                 return _result(
                     job,
@@ -682,15 +650,17 @@ def run_eval(job: EvalJob, phases: Phases) -> JobResult:
                 )
             with phases("anti_cheat"):
                 run.probe()
-        except JobFailed:
-            found = [f for f in watch.changes() if f.blocking]
+        except JobFailed as failed:
+            found = [f for f in failed.findings if f.blocking] or _seen(side)
             if not found:
                 raise
             # The exception came after a trick the watch saw (a frame read that found nothing, say).
-            watch.snapshot.restore_switches()
+            if side is not None:
+                side.restore()
             return _result(job, "rejected", str(found[0]), ref, phases, findings=found, **common)
         except Rejected as rejected:
-            watch.snapshot.restore_switches()
+            if side is not None:
+                side.restore()
             return _result(
                 job,
                 "rejected",
@@ -700,26 +670,28 @@ def run_eval(job: EvalJob, phases: Phases) -> JobResult:
                 findings=run.findings if run else rejected.findings,
                 **common,
             )
-        contenders["candidate"] = candidate
+        contenders["candidate"] = side.candidate if isinstance(side, CandidateSide) else side.timed()
 
     timing_report = None
     if job.time_candidate and contenders:
         # Timing needs no answer: their memory goes back before the contenders run, each freeing its output.
         ref.answers.clear()
-        with phases("timing"), candidate_code("timing the candidate"):
-            audit = run.watch.audit.on() if run else contextlib.nullcontext()
-            with audit:
-                timed = timing.time_interleaved(
-                    contenders,
-                    ref.buffers,
-                    ref.refresh,
-                    ref.timer,
-                    job.timing,
-                    job.seed,
-                    keep="candidate" if run is not None else None,
-                )
+        timer = (
+            ref.timer if runner is None or run is None else RoundTripTimer(ref.timer, contenders["candidate"], runner)
+        )
+        audited = side.audited() if side is not None else contextlib.nullcontext()
+        with phases("timing"), candidate_code("timing the candidate"), audited, _stopped(runner if run else None):
+            timed = timing.time_interleaved(
+                contenders,
+                ref.buffers,
+                ref.refresh,
+                timer,
+                job.timing,
+                job.seed,
+                keep="candidate" if run is not None else None,
+            )
         timing_report = TimingReport(
-            method=ref.timer.method,  # type: ignore[arg-type]
+            method=timer.method,  # type: ignore[arg-type]
             input_sets=timed.trials,
             flush_bytes=ref.timer.flush_bytes if job.timing.flush_cache else 0,
             launch_hidden=device.type == "cuda" and job.timing.hide_launch,
@@ -729,15 +701,16 @@ def run_eval(job: EvalJob, phases: Phases) -> JobResult:
             seconds=round(timed.seconds, 4),
         )
         common["timing"] = timing_report
-        if run is not None:
+        if run is not None and side is not None:
             try:
-                run.note(run.watch.changes())
+                run.note(side.changes())
+                kept = timed.kept if isinstance(side, CandidateSide) else side.fetch_last()
                 # The last timed call's output must be a real answer for the inputs it was given, which the
                 # buffers still hold: the reference computes it again beside it.
                 with torch.no_grad():
                     expected = correctness.flatten_outputs(ref.model(*ref.buffers))
-                check = correctness.compare(timed.kept, expected, None, job.policy, -1, ref.chunk)
-                del expected
+                check = correctness.compare(kept, expected, None, job.policy, -1, ref.chunk)
+                del expected, kept
                 if not check.passed:
                     why = f"a timed call returned a wrong answer for its inputs ({check.reason})"
                     run.note([runtime_checks.finding(RESULT_CACHE, why)])
@@ -765,7 +738,7 @@ def run_profile(job: ProfileJob, phases: Phases) -> JobResult:
     )
 
 
-def run_job(job: AnyJob) -> JobResult:
+def run_job(job: AnyJob, runner: Runner | None = None) -> JobResult:
     phases = Phases()
     try:
         if isinstance(job, CeilingsJob):
@@ -777,9 +750,9 @@ def run_job(job: AnyJob) -> JobResult:
                 job_id=job.job_id, status="ok", reason="ceilings measured", ceilings=ceilings, phases=phases.seconds
             )
         if isinstance(job, ProfileJob):
-            _limit_files()
+            limit_output()
             return run_profile(job, phases)
-        return run_eval(job, phases)
+        return run_eval(job, phases, runner)
     except JobFailed as failed:
         return JobResult(
             job_id=job.job_id, status=failed.status, reason=failed.reason, details=failed.details, phases=phases.seconds
@@ -809,12 +782,6 @@ def _limit_resources() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def _limit_files() -> None:
-    """From here on a file written past OUTPUT_LIMIT_BYTES kills the process (SIGXFSZ). Set once the answers are
-    parked, which may take more than that (``tools.answers``), and before candidate code exists."""
-    resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT_BYTES, OUTPUT_LIMIT_BYTES))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sandbox.worker", description=__doc__)
     parser.add_argument("--job", required=True, type=Path, help="JSON file holding the job")
@@ -824,6 +791,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if os.environ.get(contain.REQUEST):  # the local backend's jobs: before anything of the job is read
         contain.enter(candidate=os.environ[contain.REQUEST] == "candidate")
+    job: AnyJob = TypeAdapter(Job).validate_json(args.job.read_text())
+    _enter_scratch()
+    _limit_resources()
+    # Forked before the channel's key is read and before anything of the job is built: the runner holds none of it.
+    runner = Runner.start(args.result_fd == 1) if isinstance(job, EvalJob) and job.split else None
     key = _read_key()
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -835,12 +807,9 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(2, 1)
     send = make_sender(result_fd, key)
     del key
-    _enter_scratch()
-    _limit_resources()
-    job: AnyJob = TypeAdapter(Job).validate_json(args.job.read_text())
     started = time.perf_counter()
     try:
-        result = run_job(job)
+        result = run_job(job, runner)
     except BaseException as exc:  # a harness failure is reported as the job's verdict, with its traceback
         result = JobResult(
             job_id=job.job_id,
@@ -849,6 +818,8 @@ def main(argv: list[str] | None = None) -> int:
             details=traceback.format_exc(),
         )
     result.wall_s = round(time.perf_counter() - started, 4)
+    if runner is not None:
+        runner.close()
     send(result.model_dump_json().encode())
     sys.stdout.flush()
     sys.stderr.flush()

@@ -64,7 +64,9 @@ def needs_gpu(path: Path) -> bool:
     return "cuda" in source.lower() or path.stem in NAMED_ON_GPU_ONLY
 
 
-def run(path: Path, device: str, problem: str = "softmax_small.py", policy: str = "relaxed") -> Evaluation:
+def run(
+    path: Path, device: str, problem: str = "softmax_small.py", policy: str = "relaxed", separate: bool = True
+) -> Evaluation:
     return evaluate(
         load_problem(PROBLEMS / problem),
         path.read_text(),
@@ -79,12 +81,14 @@ def run(path: Path, device: str, problem: str = "softmax_small.py", policy: str 
         timeout_s=120,
         with_roofline=False,
         static_precheck=False,  # run it anyway: the worker's own checks are under test
+        separate_candidate=separate,
     )
 
 
-def assert_caught(path: Path, device: str) -> None:
+def assert_caught(path: Path, device: str, separate: bool = True) -> None:
     trick = trick_of(path)
-    ev = run(path, device, problem_of(path), policy="strict" if trick == "precision_downgrade" else "relaxed")
+    policy = "strict" if trick == "precision_downgrade" else "relaxed"
+    ev = run(path, device, problem_of(path), policy=policy, separate=separate)
     assert not ev.accepted, ev.result
     named = {f.split(" ")[0].rstrip(":") for f in ev.anti_cheat} | {ev.result.reason.split(":")[0]}
     assert trick in named, (ev.anti_cheat, ev.result.status, ev.result.reason)
@@ -99,6 +103,12 @@ def assert_caught(path: Path, device: str) -> None:
 @pytest.mark.parametrize("path", [p for p in CHEATS if not needs_gpu(p)], ids=lambda p: p.stem)
 def test_cheat_is_caught_on_the_cpu(path: Path) -> None:
     assert_caught(path, "cpu")
+
+
+@pytest.mark.parametrize("path", [p for p in CHEATS if not needs_gpu(p)], ids=lambda p: p.stem)
+def test_cheat_is_caught_on_the_cpu_with_the_candidate_in_the_worker(path: Path) -> None:
+    # The path CUDA jobs take (no runner yet), held to the same fixtures where no GPU is at hand
+    assert_caught(path, "cpu", separate=False)
 
 
 @pytest.mark.gpu

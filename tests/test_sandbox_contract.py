@@ -150,7 +150,8 @@ def test_segfault_is_crashed(sandbox: Sandbox) -> None:
 def test_exit_zero_is_crashed(sandbox: Sandbox) -> None:
     result = run(sandbox, HOSTILE / "exit_zero.py")
     assert result.status == "crashed"
-    assert "no verdict" in result.reason
+    # The candidate's own process ended (sandbox.runner): the judge says so, with no verdict of the candidate's
+    assert "exited with code 0" in result.reason and "no verdict" in result.reason, result.reason
 
 
 def test_host_hang_is_timeout(sandbox: Sandbox) -> None:
@@ -184,7 +185,9 @@ def test_forged_result_channel_is_rejected(sandbox: Sandbox) -> None:
     result = run(sandbox, HOSTILE / "forge_channel.py")
     assert result.status == "rejected"
     assert result.reason.startswith("verdict_forgery: ")
-    assert "did not write" in result.reason or "signature" in result.reason
+    # The candidate runs in the runner, whose one open descriptor is its answer channel to the judge: the forged
+    # frame lands there, and the judge refuses it (the verdict channel is the judge's, out of its reach)
+    assert "answer channel" in result.reason, result.reason
 
 
 def test_api_keys_never_reach_the_candidate(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:

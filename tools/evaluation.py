@@ -234,6 +234,7 @@ def evaluate(
     time_candidate: bool = True,
     static_precheck: bool = True,
     notice_after_s: float = JOB_NOTICE_S,
+    separate_candidate: bool = True,
 ) -> Evaluation:
     """Judge ``candidate_source`` (None: the reference alone) on ``problem`` in ``sandbox``.
 
@@ -243,6 +244,9 @@ def evaluate(
     them too: tests/test_runtime_checks.py, bench/checks_dynamic.py) and the problem's own code as its
     candidate (it runs the reference's op, and every memory probe with it: tests/test_memory.py,
     bench/memory_plan.py). Never pass it for a candidate a user or an agent wrote.
+
+    ``separate_candidate=False`` runs a CPU job's candidate in the worker, as CUDA jobs still do (sandbox.runner): for
+    tests of that path on machines without a GPU.
 
     A job still running after ``notice_after_s`` is said on the console, then every ``WAIT_REPEAT_S``
     (``sandbox.devices.WaitNotice``): `kforge eval` waits on one job alone and asks early; a search runs many.
@@ -263,6 +267,7 @@ def evaluate(
         timing=timing or TimingConfig(),
         timeout_s=timeout_s,
         time_candidate=time_candidate,
+        separate_candidate=separate_candidate,
         device_slots=slots_for(working_set, available_bytes),
     )
     bound = log.bind(job_id=job.job_id, problem=problem.name, candidate=candidate_name)

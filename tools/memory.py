@@ -70,6 +70,7 @@ class Plan:
     fixed: int
     float64: bool
     device: str
+    separate: bool = False  # the candidate runs in the runner: its outputs cross through a slot of one output set
 
     @property
     def allowance(self) -> int:
@@ -119,13 +120,18 @@ class Plan:
         """Each phase's peak on the device, the fixed buffers included."""
         e, stored = self.eager_peak, self.device_answer_bytes
         call = e + self.outputs + self.scratch  # a call beside the answer or the previous output
+        if self.separate:  # the output's slot in the judge (sandbox.shared), beside its copy and the runner's output
+            call += self.outputs
         flush = FLUSH_BYTES[self.device]
         refill = self._refill + self.outputs  # a timed trial's refill: beside the output kept from the last call
         phases = {
             "reference": stored + max(e, self.make_peak),
             "checks": stored + max(call, self._refill),
             # A GPU timer frees its flush buffer while a trial's inputs are made (tools.timing); a CPU timer keeps it.
-            "timing": max(flush + call, refill) if self.device == "cuda" else flush + max(call, refill),
+            # The runner flushes before its own calls (sandbox.runner.RoundTripTimer), with a buffer of its own.
+            "timing": max(flush + call, refill)
+            if self.device == "cuda"
+            else (1 + self.separate) * flush + max(call, refill),
         }
         out = {name: self.fixed + peak for name, peak in phases.items()}
         if self.float64:
@@ -146,10 +152,12 @@ def make_plan(
     device: str,
     float64: bool = True,
     make_peak: int = 0,
+    separate: bool = False,
 ) -> Plan:
     """The plan of a job with ``n_checks`` checks (0: a baseline, which times the reference alone), its answers in the
     order the worker stores them: the first check's, its float64 deviation, the other checks', the second shape's
     (at most a full set). ``make_peak``: one ``get_inputs()`` call's peak (at least the inputs; 0: not measured).
+    ``separate``: the candidate runs in a process of its own (``sandbox.runner``), whose memory counts too.
 
     The float64 reference runs where its phase fits within ``CAP`` eager peaks (a reduction of one large input to a
     scalar casts three input sizes' worth; float64 would be the whole job's peak there, for a column of the report),
@@ -162,7 +170,9 @@ def make_plan(
 
     def plan(float64: bool) -> Plan:
         slots = (*answers[:1], outputs, *answers[1:]) if float64 else answers
-        return Plan(eager_peak, params, inputs, outputs, make_peak, slots, FIXED_BYTES[device], float64, device)
+        return Plan(
+            eager_peak, params, inputs, outputs, make_peak, slots, FIXED_BYTES[device], float64, device, separate
+        )
 
     with_float64 = plan(checking and float64)
     if with_float64.float64 and with_float64.float64_peak() > FIXED_BYTES[device] + CAP * eager_peak:
@@ -175,8 +185,13 @@ def make_plan(
 _STATUS = re.compile(r"^(VmHWM|VmRSS|VmSize):\s+(\d+) kB", re.MULTILINE)
 
 
-def _rss() -> dict[str, int]:
-    return {k: int(v) << 10 for k, v in _STATUS.findall(Path("/proc/self/status").read_text())}
+def _rss(pid: int | None = None) -> dict[str, int]:
+    """This process's (or ``pid``'s) memory figures; none for a process that has ended."""
+    try:
+        text = Path(f"/proc/{pid or 'self'}/status").read_text()
+    except OSError:
+        return {}
+    return {k: int(v) << 10 for k, v in _STATUS.findall(text)}
 
 
 class PeakMeter:
@@ -193,6 +208,7 @@ class PeakMeter:
         self.device = device
         self.method = "torch.cuda.max_memory_allocated" if device.type == "cuda" else "rss"
         self._job_peak = 0
+        self._other: tuple[int, int] | None = None  # another process of the job, and its base (add_process)
         self.resettable = device.type == "cuda" or self._reset_rss()
         self.base = self._current()
 
@@ -248,10 +264,19 @@ class PeakMeter:
             into[key] = max(0, self._peak_since_reset() - (self.base if since is None else since))
             self._reset()
 
+    def add_process(self, pid: int, shared: int) -> None:
+        """CPU: count another process of the job too (the runner), from its resident set now, less ``shared`` bytes
+        of this process's memory it maps (counted here already)."""
+        self._other = (pid, _rss(pid).get("VmRSS", 0) + shared)
+
     def job_peak(self) -> int:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        return max(0, max(self._job_peak, self._peak_since_reset()) - self.base)
+        own = max(0, max(self._job_peak, self._peak_since_reset()) - self.base)
+        if self._other is None:
+            return own
+        pid, base = self._other
+        return own + max(0, _rss(pid).get("VmHWM", base) - base)
 
 
 @functools.cache

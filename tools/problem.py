@@ -13,7 +13,7 @@ import sys
 import types
 import weakref
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -190,10 +190,15 @@ def build_model(cls: type[nn.Module], init_inputs: list[Any], device: str | torc
 
 def copy_parameters(reference: nn.Module, candidate: nn.Module) -> int:
     """Copy reference weights into the candidate wherever name and shape match; return how many."""
+    return copy_state(reference.state_dict(), candidate)
+
+
+def copy_state(state: Mapping[str, torch.Tensor], candidate: nn.Module) -> int:
+    """Copy ``state`` (a reference's ``state_dict``) into the candidate wherever name and shape match; how many."""
     theirs = candidate.state_dict()
     copied = 0
     with torch.no_grad():
-        for name, value in reference.state_dict().items():
+        for name, value in state.items():
             if name in theirs and theirs[name].shape == value.shape:
                 theirs[name].copy_(value)
                 copied += 1
@@ -398,6 +403,7 @@ def working_set_bytes(info: ProblemInfo, n_checks: int = 5, device: str = "cuda"
         device,
         float64,
         make_peak=i.inputs_peak_bytes,
+        separate=device == "cpu",  # a CPU job's candidate runs in the runner (sandbox.protocol.EvalJob.split)
     ).peak
 
 
