@@ -22,6 +22,7 @@ import socket
 import statistics
 import sys
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
@@ -31,9 +32,10 @@ from pydantic import ValidationError
 
 from sandbox import shared
 from sandbox.candidate import CandidateSide, Memory, limit_output
-from sandbox.failures import JobFailed, candidate_code
+from sandbox.failures import JobFailed, candidate_code, describe
 from sandbox.protocol import RuntimeFinding
 from tools.cheat_tricks import VERDICT_FORGERY
+from tools.correctness import flatten_outputs
 from tools.problem import import_source
 from tools.runtime_checks import OpRecorder
 
@@ -68,35 +70,36 @@ class _Server:
             if op == "exit":
                 return
             try:
-                reply, out_fds = getattr(self, f"_{op}")(message, fds)
+                reply = getattr(self, f"_{op}")(message, fds)
             except JobFailed as failed:
                 found = failed.findings or (self.side.changes() if self.side is not None else [])
                 reply = {"failed": [failed.status, failed.reason, failed.details[-20000:]], "findings": _plain(found)}
-                out_fds = []
-            shared.send_json(self.sock, reply, out_fds)
-            shared.close_all(out_fds)
+            except Exception as exc:  # the runner's own code failed (the candidate's failures are JobFailed above)
+                why = f"the candidate's process failed: {describe(exc)}"
+                reply = {"failed": ["runtime_error", why, traceback.format_exc()[-20000:]]}
+            shared.send_json(self.sock, reply)
 
-    def _ping(self, message: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[int]]:
-        return {}, []
+    def _ping(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        return {}
 
-    def _rebase(self, message: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[int]]:
+    def _rebase(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         """Reset this process's resident-set high-water mark (the judge counts its growth from here)."""
         try:
             with open("/proc/self/clear_refs", "w") as refs:
                 refs.write("5")
         except OSError:
-            return {"reset": False}, []
-        return {"reset": True}, []
+            return {"reset": False}
+        return {"reset": True}
 
-    def _flush(self, message: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[int]]:
+    def _flush(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         """Evict the caches from this process, as the judge's timer does before a call of its own: the call then
         finds this process's threads as a reference's call finds the judge's, just back from the flush's work."""
         if self.flush_buffer is None or self.flush_buffer.numel() * 4 != message["bytes"]:
             self.flush_buffer = torch.empty(message["bytes"] // 4, dtype=torch.float32)
         self.flush_buffer.fill_(1.0)
-        return {}, []
+        return {}
 
-    def _load(self, message: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[int]]:
+    def _load(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         self.device = torch.device(message["device"])
         problem = import_source(message["problem_source"], message["problem_name"], "problem")
         state = dict(zip(message["names"], shared.attach_values(message["state"], fds), strict=True))
@@ -113,55 +116,53 @@ class _Server:
             lambda: None,
             message["chunk"],
         )
-        return {"copied": copied, "findings": _plain(found)}, []
+        return {"copied": copied, "findings": _plain(found)}
 
-    def _inputs(self, message: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[int]]:
+    def _inputs(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         self.inputs[message["name"]] = shared.attach_values(message["slots"], fds)
-        return {}, []
+        return {}
 
-    def _outputs(self, message: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[int]]:
+    def _outputs(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         self.slots = [shared.attach_slot(fd) for fd in fds]
-        return {}, []
+        return {}
 
     def _values(self, message: dict[str, Any], fds: list[int]) -> list[Any]:
         given = message["inputs"]
         return self.inputs[given] if isinstance(given, str) else shared.attach_values(given, fds)
 
-    def _call(self, message: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[int]]:
+    def _call(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         assert self.side is not None
         outs, found = self.side.call(self._values(message, fds), message["what"], message["poison"])
-        return {"outs": self._written(outs), "findings": _plain(found)}, []
+        return {"outs": self._written(outs), "findings": _plain(found)}
 
-    def _rerun(self, message: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[int]]:
+    def _rerun(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         assert self.side is not None
         kind, value = message["memory"]
         if kind == "primed":
             value = shared.attach_values(value, fds[message["primed_from"] :])
         outs, error = self.side.rerun(self._values(message, fds), (kind, value))
         if outs is None:
-            return {"error": error}, []
-        return {"outs": self._written(outs)}, []
+            return {"error": error}
+        return {"outs": self._written(outs)}
 
-    def _changes(self, message: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[int]]:
+    def _changes(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         assert self.side is not None
-        return {"findings": _plain(self.side.changes())}, []
+        return {"findings": _plain(self.side.changes())}
 
-    def _ops(self, message: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[int]]:
+    def _ops(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         assert self.side is not None
-        return {"ops": dict(self.side.ops.ops), "low_dtypes": dict(self.side.ops.low_dtypes)}, []
+        return {"ops": dict(self.side.ops.ops), "low_dtypes": dict(self.side.ops.low_dtypes)}
 
-    def _time(self, message: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[int]]:
+    def _time(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         assert self.side is not None
         self.last = []  # freed before the call, as a caller would
         with candidate_code("timing the candidate"), torch.no_grad(), self.side.audited():
             out = self.side.candidate(*self.inputs["buffers"])
         self.last = [out]
-        return {}, []
+        return {}
 
-    def _fetch(self, message: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[int]]:
-        from tools.correctness import flatten_outputs
-
-        return {"outs": self._written(flatten_outputs(self.last[0]) if self.last else [])}, []
+    def _fetch(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        return {"outs": self._written(flatten_outputs(self.last[0]) if self.last else [])}
 
     def _written(self, outs: list[Any]) -> list[dict[str, Any]]:
         slots = self.slots
@@ -266,9 +267,7 @@ class Runner:
         self.resume()
         return statistics.median(times[PINGS // 4 :])
 
-    def request(
-        self, message: dict[str, Any], fds: list[int] | tuple[int, ...] = (), *, what: str
-    ) -> tuple[dict[str, Any], list[int]]:
+    def request(self, message: dict[str, Any], fds: list[int] | tuple[int, ...] = (), *, what: str) -> dict[str, Any]:
         """Send one request and wait for its answer; the runner's failure raised as the judge's ``JobFailed``, and
         bytes on the socket that are no answer as a rejection: something of the candidate's wrote them."""
         if self.broken:
@@ -276,6 +275,7 @@ class Runner:
         try:
             shared.send_pickled(self.sock, message, fds)
             reply, got = shared.receive_json(self.sock)
+            shared.close_all(got)  # answers carry no files: outputs come through the judge's slots
         except shared.Garbled as exc:
             self.broken = f"{VERDICT_FORGERY}: the candidate's process wrote to its answer channel ({exc}, {what})"
             raise JobFailed("rejected", self.broken) from exc
@@ -283,12 +283,11 @@ class Runner:
             raise JobFailed("crashed", f"{what}: {self._gone(exc)}") from exc
         failed = reply.get("failed")
         if failed is not None:
-            shared.close_all(got)
             status, reason, details = (str(x) for x in [*(failed if isinstance(failed, list) else []), "", "", ""][:3])
             error = JobFailed(status if status == "compile_error" else "runtime_error", reason[:500], details)
             error.findings = _findings(reply.get("findings"))
             raise error
-        return reply, got
+        return reply
 
     def _gone(self, exc: BaseException) -> str:
         """Why the runner stopped answering: its ending where it has ended."""
@@ -402,7 +401,7 @@ class RemoteSide:
             "chunk": chunk,
         }
         try:
-            reply, _ = runner.request(message, fds, what="importing the candidate")
+            reply = runner.request(message, fds, what="importing the candidate")
         finally:
             shared.close_all(fds)
         copied = reply.get("copied")
@@ -426,8 +425,7 @@ class RemoteSide:
         _, slots, fds = shared.share_values(inputs)
         return slots, fds
 
-    def _outputs(self, reply: dict[str, Any], fds: list[int]) -> list[Any]:
-        shared.close_all(fds)  # the runner's answers carry no files: outputs come through the slots
+    def _outputs(self, reply: dict[str, Any]) -> list[Any]:
         metas = reply.get("outs")
         metas = metas[: len(self.slots) + 16] if isinstance(metas, list) else []
         return [
@@ -438,12 +436,12 @@ class RemoteSide:
     def call(self, inputs: list[Any], what: str, poison_value: float = float("nan")) -> tuple[list[Any], list[Any]]:
         given, fds = self._inputs(inputs)
         try:
-            reply, got = self.runner.request(
+            reply = self.runner.request(
                 {"op": "call", "inputs": given, "what": what, "poison": poison_value}, fds, what=what
             )
         finally:
             shared.close_all(fds)
-        return self._outputs(reply, got), _findings(reply.get("findings"))
+        return self._outputs(reply), _findings(reply.get("findings"))
 
     def rerun(self, inputs: list[Any], memory: Memory) -> tuple[list[Any] | None, str]:
         given, fds = self._inputs(inputs)
@@ -454,24 +452,23 @@ class RemoteSide:
             message["memory"] = (kind, slots)
             fds = fds + primed
         try:
-            reply, got = self.runner.request(message, fds, what="rerunning the candidate")
+            reply = self.runner.request(message, fds, what="rerunning the candidate")
         finally:
             shared.close_all(fds)
         if "error" in reply:
-            shared.close_all(got)
             return None, str(reply["error"])[:500]
-        return self._outputs(reply, got), ""
+        return self._outputs(reply), ""
 
     def streams(self, inputs: list[Any]) -> list[RuntimeFinding]:
         raise NotImplementedError("CUDA jobs run their candidate in the worker until the runner is verified on a GPU")
 
     def changes(self) -> list[RuntimeFinding]:
-        reply, _ = self.runner.request({"op": "changes"}, what="asking what the candidate changed")
+        reply = self.runner.request({"op": "changes"}, what="asking what the candidate changed")
         return _findings(reply.get("findings"))
 
     def fetch_ops(self) -> None:
         """The ops the candidate ran in torch, as the runner recorded them (for the library exemption's findings)."""
-        reply, _ = self.runner.request({"op": "ops"}, what="asking the candidate's ops")
+        reply = self.runner.request({"op": "ops"}, what="asking the candidate's ops")
         for field, counter in (("ops", self.ops.ops), ("low_dtypes", self.ops.low_dtypes)):
             values = reply.get(field)
             if isinstance(values, dict):
@@ -496,8 +493,8 @@ class RemoteSide:
 
     def fetch_last(self) -> list[Any]:
         """The outputs of the last timed call, in the judge's memory."""
-        reply, got = self.runner.request({"op": "fetch"}, what="fetching the candidate's last output")
-        return self._outputs(reply, got)
+        reply = self.runner.request({"op": "fetch"}, what="fetching the candidate's last output")
+        return self._outputs(reply)
 
 
 class RoundTripTimer:
