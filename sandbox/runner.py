@@ -34,10 +34,11 @@ from sandbox import shared
 from sandbox.candidate import CandidateSide, Memory, limit_output
 from sandbox.failures import JobFailed, candidate_code, describe
 from sandbox.protocol import RuntimeFinding
-from tools.cheat_tricks import VERDICT_FORGERY
+from tools.cheat_tricks import GLOBAL_STATE, VERDICT_FORGERY
 from tools.correctness import flatten_outputs
 from tools.problem import import_source
-from tools.runtime_checks import OpRecorder
+from tools.runtime_checks import OpRecorder, finding
+from tools.timing import Timed
 
 MIN_MS = 1e-4  # a call through the runner timed at under its round trip counts as this
 PINGS = 200  # round trips timed before any candidate code exists: what a call through the socket costs by itself
@@ -345,9 +346,6 @@ def _findings(values: Any) -> list[RuntimeFinding]:
     try:
         return [RuntimeFinding.model_validate(v) for v in values or []]
     except ValidationError:
-        from tools.cheat_tricks import GLOBAL_STATE
-        from tools.runtime_checks import finding
-
         return [finding(GLOBAL_STATE, "the candidate's process sent malformed findings")]
 
 
@@ -519,8 +517,6 @@ class RoundTripTimer:
         self.inner.synchronize()
 
     def time_call(self, fn: Callable[..., Any], args: list[Any]) -> Any:
-        from tools.timing import Timed
-
         flush, self.pending = self.pending, False
         if fn is not self.remote:
             if flush:

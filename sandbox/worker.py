@@ -122,6 +122,11 @@ def _in_float64(model: nn.Module) -> Iterator[None]:
                 t.data = t.data.to(dtypes[name])
 
 
+def _tensor_bytes(values: list[Any]) -> int:
+    """The bytes of the tensors among ``values``."""
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+
+
 def _aliases(t: torch.Tensor, held: list[Any]) -> bool:
     """Does ``t`` share memory with one of ``held`` (an input, a parameter)?"""
     ptr = t.untyped_storage().data_ptr()
@@ -237,8 +242,7 @@ class Reference:
         with torch.no_grad(), OpRecorder():  # the dispatch mode's first use costs the process ~70 MB, once
             runtime_checks.poison_tensors(correctness.flatten_outputs(self.model(*inputs)))
         self.phases.mark("reference: first call")
-        held = sum(t.numel() * t.element_size() for t in [*self.model.parameters(), *self.model.buffers()])
-        held += sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+        held = _tensor_bytes([*self.model.parameters(), *self.model.buffers()]) + _tensor_bytes(inputs)
         self.meter.rebase(held)
         with self.meter.window(self.memory, "call", since=self.meter.current()), torch.no_grad(), self.recorder:
             first = _own(correctness.flatten_outputs(self.model(*inputs)), inputs)
@@ -246,16 +250,13 @@ class Reference:
         return first
 
     def _plan(self, inputs: list[Any], outs: list[Any], checking: bool) -> Plan:
-        def size(values: list[Any]) -> int:
-            return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
-
-        params = sum(t.numel() * t.element_size() for t in [*self.model.parameters(), *self.model.buffers()])
+        params = _tensor_bytes([*self.model.parameters(), *self.model.buffers()])
         n = len(self.seeds) if checking else 0
         return make_plan(
             self.memory["eager_peak"],
             params,
-            size(inputs),
-            size(outs),
+            _tensor_bytes(inputs),
+            _tensor_bytes(outs),
             n,
             self.device.type,
             make_peak=self.memory["make_peak"],
@@ -417,8 +418,7 @@ class CandidateRun:
         slots, which this process's resident set holds already."""
         assert isinstance(self.side, RemoteSide)
         self.side.runner.rebase()
-        inputs = sum(t.numel() * t.element_size() for t in self.ref.buffers if isinstance(t, torch.Tensor))
-        self.ref.meter.add_process(self.side.runner.pid, inputs + sum(self.ref.output_bytes()))
+        self.ref.meter.add_process(self.side.runner.pid, _tensor_bytes(self.ref.buffers) + sum(self.ref.output_bytes()))
 
     def _judge_right_answer(self, i: int, actual: list[Any], first: bool) -> None:
         """What a right answer can still hide: another memory layout (said once), or a constant passing only
