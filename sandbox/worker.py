@@ -110,12 +110,16 @@ def environment(device: torch.device) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _in_float64(model: nn.Module) -> Iterator[None]:
-    """The model's floating parameters and buffers as float64 inside, each back in its own dtype after."""
+def _in_float64(model: nn.Module, device: torch.device, room: int) -> Iterator[None]:
+    """The model's floating parameters and buffers as float64 inside, where no more than ``room`` bytes beyond what
+    is held now may be taken (``tools.memory.memory_cap``); each back in its own dtype after, outside that cap: the
+    float64 run may have used the room up, and undoing the conversion must not fail for want of it (a half-restored
+    model is then float64 in one layer and float32 in the next, and every later call of it fails)."""
     dtypes = {name: t.dtype for name, t in [*model.named_parameters(), *model.named_buffers()]}
     try:
-        model.double()  # inside: a conversion that runs out of memory half way is undone too
-        yield
+        with memory_cap(device, room):
+            model.double()  # inside the try: a conversion that runs out of memory half way is undone too
+            yield
     finally:
         for name, t in [*model.named_parameters(), *model.named_buffers()]:
             if t.dtype != dtypes[name]:
@@ -277,7 +281,7 @@ class Reference:
         # gets what keeps the job within its plan, and is skipped (with a note) where that is not enough.
         room = self.plan.peak - (self.meter.current() - self.meter.base)
         try:
-            with memory_cap(self.device, room), _in_float64(self.model), torch.no_grad():
+            with _in_float64(self.model, self.device, room), torch.no_grad():
                 outs64 = correctness.flatten_outputs(self.model(*correctness.to_float64(self.make(self.seeds[0]))))
             parked = [to_host(o) if self.device.type == "cuda" else o.detach() for o in outs64]
             del outs64

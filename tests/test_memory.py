@@ -6,17 +6,20 @@ holds the pre-check's estimate to within 25% of the peak the worker measured (th
 
 from __future__ import annotations
 
+import gc
 import re
 from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
 from sandbox.config import LocalSandboxConfig
 from sandbox.local import LocalSandbox
 from sandbox.protocol import TimingConfig
+from sandbox.worker import _in_float64
 from tests.conftest import KERNELBENCH
-from tools.answers import AnswerStore
+from tools.answers import AnswerStore, locked_bytes
 from tools.errors import ProblemError
 from tools.evaluation import evaluate
 from tools.memory import FLUSH_BYTES, TARGET, make_plan, memory_cap
@@ -52,6 +55,29 @@ def test_answers_come_back_exactly_from_wherever_the_store_kept_them(allowance: 
     assert torch.equal(store.get(1)[0], torch.full((3,), 1.5))
     assert not list(tmp_path.iterdir())  # a parked answer lives in a file nobody can open by name
     store.clear()
+
+
+@pytest.mark.gpu
+def test_a_gpu_job_parks_its_answers_page_locked_in_their_layout_and_lets_the_pages_go_with_them() -> None:
+    assert locked_bytes() == 0
+    store = AnswerStore(torch.device("cuda"), 0)
+    large = torch.randn(1024, 768).t()  # 3 MiB, not contiguous
+    kept = [large.clone(), *(a.clone() for a in _answers())]
+    store.put(0, [large.cuda(), *(a.cuda() for a in _answers())])
+    parked = store.view(0)
+    for got, want in zip(parked, kept, strict=True):
+        assert got.device.type == "cpu" and got.stride() == want.stride() and torch.equal(got, want)
+    assert parked[0].is_pinned() and locked_bytes() == 3 << 20
+    for got, want in zip(store.get(0), kept, strict=True):
+        assert got.is_cuda and got.stride() == want.stride() and torch.equal(got.cpu(), want)
+    host = parked[0]
+    del parked
+    store.clear()
+    gc.collect()
+    assert host.is_pinned() and locked_bytes() == 3 << 20  # what was handed out keeps its pages locked
+    del host
+    gc.collect()
+    assert locked_bytes() == 0
 
 
 def test_an_answer_the_store_lets_go_of_is_poisoned_first() -> None:
@@ -136,6 +162,21 @@ def test_a_capped_stretch_fails_cleanly_and_the_cap_goes_with_it() -> None:
     with pytest.raises((MemoryError, RuntimeError)), memory_cap(torch.device("cpu"), 64 * MIB):
         torch.ones(1 << 28)  # 1 GiB
     assert torch.ones(1 << 28).sum() == 1 << 28  # the limit is back where it was
+
+
+def test_the_float64_run_may_use_up_its_room_and_the_model_still_comes_back_whole() -> None:
+    # KernelBench's 28_BMM crashed its check job this way: the float64 run took its room, undoing the conversion
+    # inside the cap failed half way, and the next call mixed float32 inputs with a float64 weight.
+    model = nn.Sequential(nn.Linear(512, 512), nn.LayerNorm(512), nn.Linear(512, 512))
+    held = []
+    with _in_float64(model, torch.device("cpu"), 32 * MIB):
+        assert {p.dtype for p in model.parameters()} == {torch.float64}
+        with pytest.raises((MemoryError, RuntimeError)):
+            while True:  # the float64 run takes every byte of its room, and holds it to the end
+                held.append(torch.ones(1 << 18))
+        assert model(torch.rand(4, 512, dtype=torch.float64)).dtype == torch.float64
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert model(torch.rand(4, 512)).dtype == torch.float32
 
 
 def _reference_as_candidate(source: str) -> str:

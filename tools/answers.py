@@ -6,6 +6,9 @@ plan's allowance has room (``tools.memory.Plan``) and parks the rest: in host me
 scratch file for a CPU job (whose host memory is its device memory). A GPU job parks in page-locked memory, which moves
 at the bus's full speed: ``view`` hands such a set out where it is, for comparisons that copy it to the device a piece
 at a time (``tools.correctness.pieces``), so a parked answer never needs a whole output's room on the device again.
+The page-locked memory is ordinary memory first touched by all of torch's threads and then registered with the
+driver (``to_host``): torch's own page-locked allocation touches and locks it in one thread, at about 1.35 GB/s,
+which made parking most of a large problem's check (bench/RESULTS.md, issue 36).
 ``get`` brings a set back to the device whole (a CPU job's file, or a caller that needs the tensors there); the
 caller drops it afterwards. A parked tensor's device copy is poisoned before it is freed, so memory a candidate
 never wrote cannot hold a right answer.
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import weakref
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -34,10 +38,60 @@ class _Parked:
     nbytes: int = 0
 
 
+_LOCKED: dict[int, int] = {}  # start of each locked range: its bytes
+# Smaller answers move fast enough from pageable memory, and share their pages with other small allocations, which a
+# second registration of the same page would refuse.
+LOCK_FROM = 1 << 20
+
+
 def to_host(t: torch.Tensor) -> torch.Tensor:
     """A copy of a device tensor in page-locked host memory, in its layout: both ways at the bus's speed, where
-    pageable memory moves at a fraction of it."""
-    return torch.empty_like(t, device="cpu", pin_memory=True).copy_(t.detach())
+    pageable memory moves at a fraction of it. The memory stays locked while the copy lives (``_locked``)."""
+    host = torch.empty_like(t, device="cpu")
+    # The first touch of each page is the kernel's work (a fault and a zeroed page): spread over torch's threads it
+    # runs many times faster than inside the driver's registration or the copy, which take the faults in one thread.
+    every_byte(host).zero_()
+    _locked(host)
+    return host.copy_(t.detach())
+
+
+def every_byte(t: torch.Tensor) -> torch.Tensor:
+    """A flat byte view of the whole memory of ``t`` (whatever its strides)."""
+    return torch.empty(0, dtype=torch.uint8).set_(t.untyped_storage())
+
+
+def _locked(host: torch.Tensor) -> None:
+    """Lock ``host``'s pages for the GPU (``cuMemHostRegister``) until the tensor is collected. The driver API, not
+    the runtime's ``cudaHostRegister``: a refusal there would stay behind as the runtime's last error, which torch
+    raises at its next kernel launch. Where the driver refuses (a host that limits locked memory), the answer stays
+    in pageable memory: as correct, slower to move."""
+    from cuda.bindings import driver
+
+    storage = host.untyped_storage()
+    if storage.nbytes() < LOCK_FROM:
+        return
+    ptr = storage.data_ptr()
+    (err,) = driver.cuMemHostRegister(ptr, storage.nbytes(), driver.CU_MEMHOSTREGISTER_PORTABLE)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        return
+    _LOCKED[ptr] = storage.nbytes()
+    # The finalizer holds the storage: its memory cannot be freed before the driver lets go of the pages.
+    weakref.finalize(host, _unlock, storage, ptr)
+
+
+def _unlock(storage: torch.UntypedStorage, ptr: int) -> None:
+    from cuda.bindings import driver
+
+    del _LOCKED[ptr]
+    (err,) = driver.cuMemHostUnregister(ptr)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuMemHostUnregister: {err}")
+    del storage
+
+
+def locked_bytes() -> int:
+    """Host memory this process holds locked for parked answers now."""
+    return sum(_LOCKED.values())
 
 
 def poison(t: torch.Tensor) -> None:
