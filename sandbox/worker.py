@@ -463,6 +463,10 @@ class CandidateRun:
         """The checks that need a candidate already known to be correct."""
         job, ref = self.job, self.ref
         seed = ref.seeds[0]
+        if self.device.type == "cuda":
+            # First: work left on another stream races the harness's reads, and the probes below would otherwise
+            # name the first wrong answer it happens to cause (a "hard-coded shape" on the second shape's check).
+            self.note(self.side.streams(ref.inputs_for(0, ref.buffers)))
         # Poisoned with a huge finite value this time: fmax-style reads can hide a NaN poison.
         again, _ = self._watched(0, "running the candidate again", poison_value=1e30)
         if not self.compare(again, 0, seed).passed:
@@ -491,8 +495,6 @@ class CandidateRun:
                 if not check.passed:
                     self.note([runtime_checks.finding(HARD_CODED_SHAPE, f"wrong with {described}: {check.reason}")])
                 del other
-        if self.device.type == "cuda":
-            self.note(self.side.streams(ref.inputs_for(0, ref.buffers)))
         library = library_family(ref.recorder.ops)  # a heavy op + pointwise tail problem: see cheat_tricks
         self.side.fetch_ops()
         ops = self.side.ops
