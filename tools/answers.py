@@ -22,6 +22,7 @@ import weakref
 from dataclasses import dataclass
 from typing import IO, Any
 
+import structlog
 import torch
 
 
@@ -37,6 +38,8 @@ class _Parked:
     offset: int = 0
     nbytes: int = 0
 
+
+log = structlog.get_logger(__name__)
 
 _LOCKED: dict[int, int] = {}  # start of each locked range: its bytes
 # Smaller answers move fast enough from pageable memory, and share their pages with other small allocations, which a
@@ -73,6 +76,7 @@ def _locked(host: torch.Tensor) -> None:
     ptr = storage.data_ptr()
     (err,) = driver.cuMemHostRegister(ptr, storage.nbytes(), driver.CU_MEMHOSTREGISTER_PORTABLE)
     if err != driver.CUresult.CUDA_SUCCESS:
+        log.warning("answer_left_pageable", bytes=storage.nbytes(), error=str(err))
         return
     _LOCKED[ptr] = storage.nbytes()
     # The finalizer holds the storage: its memory cannot be freed before the driver lets go of the pages.
