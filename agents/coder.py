@@ -10,7 +10,9 @@ from typing import Any
 import structlog
 
 from agents import builtin
+from agents.answers import ParseError
 from agents.base import Candidate, Idea, RoleContext, larger_memory
+from agents.llm import LLMError
 from graphs.state import message
 from tools.evaluation import Evaluation, evaluate
 
@@ -90,7 +92,12 @@ class Coder(ABC):
             )
             if ev.status == "ok" or attempts > self.repairs:
                 break
-            repaired = self.write(idea, state, ctx, error=failure_log(ev), failed_source=source)
+            try:
+                repaired = self.write(idea, state, ctx, error=failure_log(ev), failed_source=source)
+            except (ParseError, LLMError) as exc:  # the attempt checked stands; the model failed on its repair
+                bound.warning("repair_failed", reason=str(exc))
+                messages.append(message("coder", "error", f"repair failed: {exc}", idea["round"], cid))
+                break
             if repaired is None or repaired == source:
                 break
             source = repaired

@@ -10,6 +10,8 @@ call that requested it.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import email.utils
 import json
 import random
@@ -37,6 +39,10 @@ T = TypeVar("T")
 TOOL_ARG_CHARS = 200  # each tool-call argument is kept this long on a CallRecord
 TOOL_RESULT_CHARS = 2000  # and each tool result this long (the model gets up to MAX_TOOL_MESSAGE_CHARS)
 MAX_TOOL_MESSAGE_CHARS = 16_000  # a tool result longer than this is cut before the model sees it
+
+# The calls of one graph node, wherever it runs: the graph runs parallel branches (one coder per idea) in threads of
+# their own, each with its own copy of the context, so each branch collects its own calls and no other's.
+_node_calls: contextvars.ContextVar[list[CallRecord] | None] = contextvars.ContextVar("node_calls", default=None)
 
 
 class BudgetExceeded(KernelforgeError):
@@ -274,6 +280,17 @@ class ChatSession:
         else:
             kwargs.setdefault("price", price_for(spec.name))
         return cls(make_chat_model(spec, timeout_s=timeout_s), **kwargs)
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[list[CallRecord]]:
+        """The calls made inside the block by this thread of work alone, in order: a graph node's own calls while
+        parallel branches call the same session (``self.calls`` holds every call of the run)."""
+        calls: list[CallRecord] = []
+        token = _node_calls.set(calls)
+        try:
+            yield calls
+        finally:
+            _node_calls.reset(token)
 
     # -- totals
 
@@ -557,6 +574,9 @@ class ChatSession:
             self.calls.append(record)
             self._spent_tokens += record.tokens
             self._spent_dollars += record.dollars
+        node = _node_calls.get()
+        if node is not None:
+            node.append(record)
         event = "llm_call" if record.ok else "llm_call_failed"
         (bound.info if record.ok else bound.warning)(event, **record.summary())
         if self.on_call is not None:

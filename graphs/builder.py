@@ -8,6 +8,7 @@ After every node a router sends the run to ``finalize`` as soon as ``stop_reason
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -17,9 +18,10 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 
 from agents import registry
+from agents.answers import ParseError
 from agents.base import Role, RoleContext
 from agents.coder import candidate_id
-from agents.llm import BudgetExceeded
+from agents.llm import BudgetExceeded, LLMError
 from graphs.rundata import precision_text
 from graphs.state import RunInput, RunOutput, RunState, best_candidate, merge_usage, message
 from tools.evaluation import evaluate
@@ -135,29 +137,46 @@ def _usage_of(calls: list[Any]) -> dict[str, dict[str, float]]:
 
 
 def wrap(name: str, fn: Callable[[dict[str, Any], RoleContext], dict[str, Any]], ctx: RoleContext) -> Node:
-    """Log the node's start and end, account its LLM calls, and turn a spent budget into a clean stop."""
+    """Log the node's start and end, account its LLM calls, and turn a spent budget or a model that failed for good
+    into a clean stop (``_contained``)."""
 
     def node(state: dict[str, Any]) -> dict[str, Any]:
         bound = log.bind(run_id=state.get("run_id"), role=name, round=state.get("round", 0))
         if "idea" in state:
             bound = bound.bind(idea_id=state["idea"]["id"])
         chat = ctx.extras.get("chat")
-        first_call = len(chat.calls) if chat is not None else 0
         bound.info("node_start")
-        try:
-            update = fn(state, ctx)
-        except BudgetExceeded as exc:
-            bound.warning("budget_exceeded", reason=str(exc))
-            update = {"stop_reason": f"budget: {exc}"}
-        if chat is not None and len(chat.calls) > first_call:
-            calls = chat.calls[first_call:]
+        # This node's own calls: parallel branches share the session, never their records.
+        with chat.recording() if chat is not None else contextlib.nullcontext([]) as calls:
+            try:
+                update = fn(state, ctx)
+            except BudgetExceeded as exc:
+                bound.warning("budget_exceeded", reason=str(exc))
+                update = {"stop_reason": f"budget: {exc}"}
+            except (ParseError, LLMError) as exc:
+                update = _contained(name, state, exc, bound)
+        if calls:
             update = {**update, "usage": merge_usage(update.get("usage", {}), _usage_of(calls))}
             cid = candidate_id(state["idea"]) if "idea" in state else None
-            update["messages"] = [*update.get("messages", []), *_call_messages(calls, state.get("round", 0), cid)]
+            # The prompts and answers first: the node's own messages (a check's result) come of them.
+            update["messages"] = [*_call_messages(calls, state.get("round", 0), cid), *update.get("messages", [])]
         bound.info("node_end", keys=sorted(update))
         return update
 
     return node
+
+
+def _contained(name: str, state: dict[str, Any], exc: ParseError | LLMError, bound: Any) -> dict[str, Any]:
+    """A model that failed for good (no usable answer after its re-asks, or a call failed past its retries) ends
+    only what it was asked for: a branch (one idea's coder) loses its idea and its siblings go on; any other role
+    ends the search, and ``finalize`` still writes the report and ``best/`` from what the run has."""
+    if "idea" in state:
+        bound.warning("branch_failed", reason=str(exc))
+        idea = state["idea"]
+        why = f"no candidate: the model failed ({exc})"
+        return {"messages": [message(name, "error", why, idea["round"], candidate_id(idea))]}
+    bound.warning("role_failed", reason=str(exc))
+    return {"stop_reason": f"{name} failed: {exc}"}
 
 
 def _call_messages(calls: list[Any], round_: int, candidate_id: str | None) -> list[dict[str, Any]]:

@@ -29,6 +29,10 @@ from tools.problem import load_problem
 QUICK = TimingConfig(min_trials=20, min_seconds=0.1, warmup_trials=2)
 SANDBOX = LocalSandbox()
 IDEA = '```json\n[{"text": "one C loop per row, online max and sum", "expected_gain": "2x", "parent_id": null}]\n```'
+TWO_IDEAS = (
+    '```json\n[{"text": "one C loop per row, online max and sum", "expected_gain": "2x", "parent_id": null}, '
+    '{"text": "rows split over OpenMP threads", "expected_gain": "1.5x", "parent_id": null}]\n```'
+)
 REVIEW = '```json\n{"feedback": "keep going", "stop": false, "reasons": {}}\n```'
 
 
@@ -43,7 +47,7 @@ def run(tmp_path: Path, answers: list[Any], **settings: Any) -> tuple[dict[str, 
         problem=str(PROBLEMS / "softmax_small.py"),
         device="cpu",
         model="openai:fake",
-        ideas=1,
+        ideas=settings.pop("ideas", 1),
         rounds=settings.pop("rounds", 1),
         timing=QUICK,
         compile_reference=False,
@@ -81,6 +85,52 @@ def test_critic_rejects_a_wrong_candidate_and_the_reference_stands(tmp_path: Pat
     assert "incorrect" in c["critic_reason"]
     assert state.get("best_id") is None
     assert "speedup 1.0" in (tmp_path / "best" / "README.md").read_text()
+
+
+def test_parallel_coder_branches_each_keep_their_own_calls(tmp_path: Path) -> None:
+    good = code(CANDIDATES / "softmax_cpu.py")
+    state, model = run(tmp_path, [TWO_IDEAS, good, good, REVIEW], ideas=2)
+    assert len(model.seen) == 4 and len(state["candidates"]) == 2
+    # Both branches ask the model before either ends; each must count its own call, not the other's too.
+    assert state["usage"]["coder"]["llm_calls"] == 2
+    for c in state["candidates"]:
+        kinds = [m["kind"] for m in state["messages"] if m["role"] == "coder" and m["candidate_id"] == c["id"]]
+        assert kinds.count("prompt") == 1 and kinds.count("answer") == 1, kinds
+        assert kinds.index("prompt") < kinds.index("answer") < kinds.index("tool_result")  # the check came of it
+
+
+PROSE = "I would rather describe the kernel than write it."
+
+
+def test_a_coder_branch_whose_model_fails_loses_its_idea_and_the_run_goes_on(tmp_path: Path) -> None:
+    good = code(CANDIDATES / "softmax_cpu.py")
+    # Whichever branch is answered in prose first is re-asked twice more, in prose again: it fails, its sibling not.
+    state, _ = run(tmp_path, [TWO_IDEAS, good, PROSE, PROSE, PROSE, REVIEW], ideas=2)
+    (c,) = state["candidates"]
+    assert c["status"] == "ok" and c["verdict"] == "accepted"
+    (error,) = [m for m in state["messages"] if m["kind"] == "error"]
+    assert error["candidate_id"] != c["id"] and "no usable answer after 3 tries" in error["content"]
+    assert state["usage"]["coder"]["llm_calls"] == 4  # the failed branch's three tries are still accounted
+    assert state["stop_reason"] == "completed 1 rounds"
+    assert (tmp_path / "report.md").exists() and (tmp_path / "best" / "README.md").exists()
+
+
+def test_a_repair_the_model_fails_leaves_the_attempt_already_checked(tmp_path: Path) -> None:
+    wrong = code(FIXTURES / "candidates" / "wrong_softmax_cpu.py")
+    state, _ = run(tmp_path, [IDEA, wrong, PROSE, PROSE, PROSE, REVIEW], repair_attempts=1)
+    (c,) = state["candidates"]
+    assert c["status"] == "incorrect" and c["attempts"] == 1 and c["verdict"] == "rejected"
+    (error,) = [m for m in state["messages"] if m["kind"] == "error"]
+    assert error["candidate_id"] == c["id"] and error["content"].startswith("repair failed: coder: no usable answer")
+    assert state["stop_reason"] == "completed 1 rounds"
+
+
+def test_a_planner_whose_model_fails_ends_the_run_with_its_report(tmp_path: Path) -> None:
+    state, model = run(tmp_path, [PROSE, PROSE, PROSE])
+    assert len(model.seen) == 3
+    assert state["stop_reason"].startswith("planner failed: planner: no usable answer after 3 tries")
+    assert not state.get("candidates") and (tmp_path / "report.md").exists()
+    assert state["usage"]["planner"]["llm_calls"] == 3
 
 
 def test_two_rounds_route_back_to_the_planner(tmp_path: Path) -> None:
