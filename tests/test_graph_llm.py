@@ -13,11 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from langchain_core.messages import AIMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from agents.base import RoleContext
 from agents.llm import ChatSession
+from agents.models import make_chat_model, parse_model
 from graphs.builder import build_graph
 from graphs.config import Budgets, RunConfig
 from sandbox.local import LocalSandbox
@@ -41,7 +43,8 @@ def code(path: Path) -> str:
 
 
 def run(tmp_path: Path, answers: list[Any], **settings: Any) -> tuple[dict[str, Any], ScriptedChatModel]:
-    model = ScriptedChatModel(messages=iter(answers))
+    """The graph with every model call answered from ``answers`` in turn (a ``model=`` setting replaces the fake)."""
+    model = settings.pop("model", None) or ScriptedChatModel(messages=iter(answers))
     budgets = settings.pop("budgets", Budgets())
     config = RunConfig(
         problem=str(PROBLEMS / "softmax_small.py"),
@@ -100,6 +103,32 @@ def test_parallel_coder_branches_each_keep_their_own_calls(tmp_path: Path) -> No
 
 
 PROSE = "I would rather describe the kernel than write it."
+
+
+def test_usage_per_role_is_what_the_server_counted_while_branches_ran_in_parallel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    good = code(CANDIDATES / "softmax_cpu.py")
+    with FakeOpenAIServer(models=("test-model",)) as server:
+        server.reply(TWO_IDEAS, prompt_tokens=1000, completion_tokens=100)
+        server.reply(good, prompt_tokens=2000, completion_tokens=300).reply(
+            good, prompt_tokens=2000, completion_tokens=300
+        )
+        server.reply(REVIEW, prompt_tokens=4000, completion_tokens=50)
+        chat_model = make_chat_model(parse_model("openai:test-model", base_url=server.url), timeout_s=30)
+        state, _ = run(tmp_path, [], ideas=2, model=chat_model)
+        assert len(server.requests) == 4 and server.pending == 0
+    usage = {
+        r: (u["llm_calls"], u["input_tokens"], u["output_tokens"])
+        for r, u in state["usage"].items()
+        if "llm_calls" in u
+    }
+    assert set(usage) == {"planner", "coder", "critic"}
+    assert usage["planner"] == (1, 1000, 100) and usage["critic"] == (1, 4000, 50)
+    assert usage["coder"] == (2, 4000, 600)  # the server's count, where each branch once counted both
 
 
 def test_a_coder_branch_whose_model_fails_loses_its_idea_and_the_run_goes_on(tmp_path: Path) -> None:
