@@ -89,7 +89,8 @@ class CallRecord:
     error: str | None = None  # the parse error or the call failure
     started_at: float = field(default_factory=time.time)
     # The tools this answer asked for, in order, once run: {"id", "name", "args" (each value clipped),
-    # "result" (clipped), "ok", "seconds"}. Empty for a plain answer.
+    # "result" (clipped), "ok", "seconds" (wall time), "job_s" (the sandbox jobs' own time, no waiting for a turn)}.
+    # Empty for a plain answer.
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -446,16 +447,20 @@ class ChatSession:
         """Run one requested tool call; every failure becomes an error result for the model."""
         from langchain_core.messages import ToolMessage
 
+        from tools.langchain_tools import jobs_of_the_call
+
         name, args = str(call.get("name") or ""), call.get("args")
         started = time.perf_counter()
         ok = False
+        jobs: list[float] = []
         if call.get("invalid"):
             text = f"error: the arguments of {name!r} could not be read: {call['invalid']}"
         elif name not in by_name:
             text = f"error: there is no tool {name!r}; the tools are: {', '.join(sorted(by_name))}"
         else:
             try:
-                out = by_name[name].invoke(args if isinstance(args, dict) else {})
+                with jobs_of_the_call() as jobs:
+                    out = by_name[name].invoke(args if isinstance(args, dict) else {})
                 text = out if isinstance(out, str) else json.dumps(out, default=str)
                 ok = True
             except Exception as exc:  # a tool's failure is the model's to read, not the run's to die of
@@ -469,6 +474,7 @@ class ChatSession:
             "result": _clip(text, TOOL_RESULT_CHARS),
             "ok": ok,
             "seconds": seconds,
+            "job_s": sum(jobs),
         }
         message = ToolMessage(
             content=_clip(text, MAX_TOOL_MESSAGE_CHARS),

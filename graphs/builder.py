@@ -132,7 +132,8 @@ def _usage_of(calls: list[Any]) -> dict[str, dict[str, float]]:
         u["llm_calls"] = u.get("llm_calls", 0) + 1
         if call.tool_calls:  # sandbox jobs the model asked for count against the sandbox-time budget
             u["tool_calls"] = u.get("tool_calls", 0) + len(call.tool_calls)
-            u["job_s"] = u.get("job_s", 0) + sum(t.get("seconds", 0) for t in call.tool_calls)
+            # The jobs' own seconds: a call that waited a minute for the host's turn ran a job of a second.
+            u["job_s"] = u.get("job_s", 0) + sum(t.get("job_s", t.get("seconds", 0)) for t in call.tool_calls)
     return usage
 
 

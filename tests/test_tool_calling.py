@@ -7,6 +7,7 @@ tools are real: CPU candidates go through a real ``LocalSandbox``, CUDA kernels 
 from __future__ import annotations
 
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,13 @@ from agents.coder import LLMCoder
 from agents.llm import ChatSession
 from agents.llm_roles import parse_candidate
 from graphs.config import RunConfig
+from sandbox.devices import CPU, DeviceTurns
 from sandbox.local import LocalSandbox
 from sandbox.protocol import TimingConfig, TimingReport, TimingStats
 from tests.conftest import CANDIDATES, FIXTURES, PROBLEMS
 from tests.fake_openai_server import ScriptedChatModel
 from tools.langchain_tools import CandidateSource, ToolStats, _host_line, make_tools
+from tools.paths import cache_dir
 from tools.problem import load_problem
 
 QUICK = TimingConfig(min_trials=20, min_seconds=0.1, warmup_trials=2)
@@ -105,6 +108,30 @@ def test_coder_compiles_a_draft_reads_the_log_and_answers(tmp_path: Path) -> Non
     assert answered.tool_calls == [] and answered.ok and "2 tool call(s)" in answered.prompt
     assert asked.summary()["tool_calls"] == ["compile_candidate", "run_shell"]
     assert ctx.extras["tool_stats"].calls == {"compile_candidate": 1}
+
+
+def test_a_tool_call_is_charged_its_jobs_seconds_not_its_wait_for_the_hosts_turn(tmp_path: Path) -> None:
+    ask = AIMessage(content="", tool_calls=[tool_call("check_candidate", {"source": GOOD_CPU}, "call_1")])
+    chat, _ = session_for(ask, f"Checked.\n\n```python\n{GOOD_CPU}```\n")
+    ctx = context(tmp_path, chat=chat)
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_cpu() -> None:  # another job of this host holds the CPU's turn for 2 s
+        with DeviceTurns([CPU], cache_dir("locks")).hold(exclusive=True):
+            held.set()
+            release.wait(2.0)
+
+    other = threading.Thread(target=hold_the_cpu)
+    other.start()
+    held.wait()
+    try:
+        LLMCoder(repairs=0).write(IDEA, {"candidates": []}, ctx, error=None, failed_source=None)
+    finally:
+        release.set()
+        other.join()
+    (entry,) = chat.calls[0].tool_calls
+    assert entry["job_s"] == ctx.extras["tool_stats"].job_s["check_candidate"] > 0
+    assert entry["seconds"] > 1.5 and entry["job_s"] < entry["seconds"] - 1.5  # the wait is no sandbox time
 
 
 # --------------------------------------------------------------------- the loop, with fake tools

@@ -16,8 +16,11 @@ counted in a ``ToolStats`` (by default ``ctx.extras["tool_stats"]``).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +71,22 @@ class ToolStats:
     def total_calls(self) -> int:
         with self._lock:
             return sum(self.calls.values())
+
+
+# The sandbox seconds of the jobs a tool call ran, for whoever runs the tool (``jobs_of_the_call``): the call's
+# wall time also counts waiting for the host's turn, which is no sandbox time.
+_call_jobs: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("call_jobs", default=None)
+
+
+@contextlib.contextmanager
+def jobs_of_the_call() -> Iterator[list[float]]:
+    """Collects the wall time of each sandbox job the tools run inside the block (this thread of work only)."""
+    jobs: list[float] = []
+    token = _call_jobs.set(jobs)
+    try:
+        yield jobs
+    finally:
+        _call_jobs.reset(token)
 
 
 # ------------------------------------------------------------------------------------- formatting
@@ -130,6 +149,8 @@ class _Tools:
 
     def _done(self, tool: str, started: float, job_s: float, status: str, source: str) -> None:
         count = self.stats.add(tool, job_s)
+        if (jobs := _call_jobs.get()) is not None:
+            jobs.append(job_s)
         log.bind(role=self.role, tool=tool).info(
             "tool_call",
             candidate_id=self.candidate_id,
