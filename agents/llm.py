@@ -273,14 +273,22 @@ class ChatSession:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_spec(cls, spec: ModelSpec, *, timeout_s: float, **kwargs: Any) -> ChatSession:
-        """A session on ``make_chat_model(spec)``; models behind a base URL are not priced."""
+    def from_spec(
+        cls,
+        spec: ModelSpec,
+        *,
+        timeout_s: float,
+        temperature: float | None = None,
+        max_tokens_per_call: int | None = None,
+        **kwargs: Any,
+    ) -> ChatSession:
+        """A session on ``make_chat_model(spec)``. ``price`` (dollars per million input and output tokens), where
+        not given: the model's list price; a model behind a base URL has none (it costs 0, unpriced)."""
         kwargs.setdefault("model_name", spec.label)
-        if spec.base_url:
-            kwargs.setdefault("price", None)
-        else:
-            kwargs.setdefault("price", price_for(spec.name))
-        return cls(make_chat_model(spec, timeout_s=timeout_s), **kwargs)
+        if kwargs.get("price") is None:
+            kwargs["price"] = None if spec.base_url else price_for(spec.name)
+        model = make_chat_model(spec, timeout_s=timeout_s, temperature=temperature, max_tokens=max_tokens_per_call)
+        return cls(model, **kwargs)
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[list[CallRecord]]:

@@ -122,9 +122,12 @@ def _api_key(spec: ModelSpec) -> str:
     raise ConfigError(f"--model {spec.label} needs {names[0]} in the environment (no key is set)")
 
 
-def make_chat_model(spec: ModelSpec, *, timeout_s: float) -> BaseChatModel:
+def make_chat_model(
+    spec: ModelSpec, *, timeout_s: float, temperature: float | None = None, max_tokens: int | None = None
+) -> BaseChatModel:
     """The LangChain chat model for ``spec``, via ``init_chat_model``. Keys come from the environment only,
     and are no longer there once this returns (``tools.keys``); the client gets its key explicitly.
+    ``temperature`` and ``max_tokens`` (each answer's cap): None leaves the provider's default.
 
     The client's own retries are turned off: ``ChatSession`` retries, with backoff it logs and records.
     """
@@ -133,6 +136,10 @@ def make_chat_model(spec: ModelSpec, *, timeout_s: float) -> BaseChatModel:
     if timeout_s <= 0:
         raise ConfigError(f"the LLM timeout must be positive, got {timeout_s}")
     kwargs: dict[str, Any] = {"api_key": _api_key(spec), "timeout": timeout_s, "max_retries": 0}
+    if temperature is not None:
+        kwargs["temperature"] = temperature
+    if max_tokens is not None:
+        kwargs["max_tokens"] = max_tokens
     if spec.provider == "openai":
         # Token usage also when a caller streams (LangGraph's "messages" stream mode does).
         kwargs["stream_usage"] = True

@@ -301,6 +301,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             policy=args.policy,
             model=args.model,
             base_url=args.base_url,
+            **llm_settings(args),
             rounds=args.rounds,
             ideas=args.ideas,
             repair_attempts=args.repairs,
@@ -367,6 +368,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
             policy=args.policy,
             model=args.model,
             base_url=args.base_url,
+            **llm_settings(args),
             rounds=args.rounds,
             ideas=args.ideas,
             repair_attempts=args.repairs,
@@ -587,6 +589,36 @@ def add_timing_mode(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_llm_options(parser: argparse.ArgumentParser) -> None:
+    """How the model is asked and billed: the same for run and batch."""
+    parser.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the model's)")
+    parser.add_argument(
+        "--max-tokens-per-call", type=int, default=None, help="cap on each answer's tokens (default: the model's)"
+    )
+    parser.add_argument("--llm-timeout", type=float, default=120.0, help="limit of one model call, s (default 120)")
+    parser.add_argument(
+        "--price-in",
+        type=float,
+        default=None,
+        help="dollars per million input tokens (default: the list price; 0 "
+        "for a model behind --base-url); with --price-out",
+    )
+    parser.add_argument("--price-out", type=float, default=None, help="dollars per million output tokens")
+
+
+def llm_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``RunConfig`` fields of ``add_llm_options``."""
+    if (args.price_in is None) != (args.price_out is None):
+        raise ConfigError("--price-in and --price-out go together: give both (dollars per million tokens)")
+    prices = None if args.price_in is None else (args.price_in, args.price_out)
+    return {
+        "temperature": args.temperature,
+        "max_tokens_per_call": args.max_tokens_per_call,
+        "llm_timeout_s": args.llm_timeout,
+        "prices": prices,
+    }
+
+
 def add_ncu_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ncu",
@@ -635,6 +667,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", default=None, help="builtin (default without $KFORGE_MODEL), openai:<name>, google_genai:<name>"
     )
     run.add_argument("--base-url", default=None, help="an OpenAI-compatible server (vLLM, Ollama, llama.cpp)")
+    add_llm_options(run)
     run.add_argument("--rounds", type=int, default=3)
     run.add_argument("--ideas", type=int, default=3, help="ideas (candidates) per round")
     run.add_argument("--repairs", type=int, default=2, help="repair attempts per candidate (LLM coder)")
@@ -661,6 +694,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     batch.add_argument("--model", default=None, help="as for `kforge run`")
     batch.add_argument("--base-url", default=None, help="an OpenAI-compatible server (vLLM, Ollama, llama.cpp)")
+    add_llm_options(batch)
     batch.add_argument("--rounds", type=int, default=3)
     batch.add_argument("--ideas", type=int, default=3, help="ideas (candidates) per round")
     batch.add_argument("--repairs", type=int, default=2, help="repair attempts per candidate (LLM coder)")

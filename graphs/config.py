@@ -41,7 +41,14 @@ class RunConfig(BaseModel):
         description="profile each round's fastest new candidate under Nsight Compute (CUDA): its kernels in "
         "candidates/<id>/profile.json, a summary in its diagnosis",
     )
-    llm_timeout_s: float = 120.0
+    llm_timeout_s: float = Field(120.0, gt=0, description="how long one model call may take, s")
+    temperature: float | None = Field(None, ge=0, description="the model's sampling temperature (None: its default)")
+    max_tokens_per_call: int | None = Field(None, ge=1, description="each answer's token cap (None: the model's)")
+    prices: tuple[float, float] | None = Field(
+        None,
+        description="US dollars per million input and output tokens (None: the model's list price; a model "
+        "behind base_url then costs 0)",
+    )
 
     @model_validator(mode="after")
     def _ncu_needs_cuda(self) -> RunConfig:

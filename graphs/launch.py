@@ -32,6 +32,9 @@ def make_context(config: RunConfig, paths: RunPaths) -> RoleContext:
         extras["chat"] = ChatSession.from_spec(
             parse_model(config.model, config.base_url),
             timeout_s=config.llm_timeout_s,
+            temperature=config.temperature,
+            max_tokens_per_call=config.max_tokens_per_call,
+            price=config.prices,
             max_tokens=config.budgets.tokens,
             max_dollars=config.budgets.dollars,
             spent_tokens=int(sum(u.get("input_tokens", 0) + u.get("output_tokens", 0) for u in usage.values())),

@@ -106,6 +106,13 @@ def test_bad_problem_verbose_keeps_exit_code(verbose_bad_problem_run: subprocess
     assert verbose_bad_problem_run.returncode == 2
 
 
+@pytest.mark.parametrize("command", ["run", "batch"])
+def test_a_price_without_its_other_half_is_one_line_error(kforge_cache: Path, command: str) -> None:
+    proc = kforge(kforge_cache, command, "problems/softmax_small.py", "--device", "cpu", "--price-in", "1.5")
+    assert proc.returncode == 2, proc.stderr
+    assert "--price-in and --price-out go together" in one_line_error(proc)
+
+
 def test_missing_candidate(kforge_cache: Path, tmp_path: Path) -> None:
     missing = tmp_path / "no_such_candidate.py"
     proc = kforge(kforge_cache, "eval", "problems/softmax_small.py", str(missing), "--device", "cpu")

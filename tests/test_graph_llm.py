@@ -186,9 +186,12 @@ def test_kforge_run_through_a_local_openai_compatible_server(tmp_path: Path) -> 
         env["KFORGE_RUNS_DIR"] = str(tmp_path)
         cmd = [sys.executable, "-m", "graphs.cli", "run", "softmax_small", "--device", "cpu", "--rounds", "1"]
         cmd += ["--ideas", "1", "--no-compile", "--model", "openai:test-model", "--base-url", server.url]
+        cmd += ["--temperature", "0.4", "--max-tokens-per-call", "900", "--price-in", "2", "--price-out", "4"]
         out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr
         assert server.pending == 0 and len(server.requests) == 3
+    for body in server.requests:
+        assert body["temperature"] == 0.4 and 900 in (body.get("max_tokens"), body.get("max_completion_tokens"))
     assert "└─ c1-0" in out.stdout and "[ok/accepted]" in out.stdout
     (run_dir,) = list(tmp_path.iterdir())
     trace = subprocess.run(
@@ -199,6 +202,8 @@ def test_kforge_run_through_a_local_openai_compatible_server(tmp_path: Path) -> 
         text=True,
     )
     assert "coder prompt" in trace.stdout and "class ModelNew" in trace.stdout
+    # Billed at the prices given: 3 calls of 120 input and 80 output tokens at $2 and $4 per million.
+    assert f"{3 * (120 * 2 + 80 * 4) / 1e6:.4f}" in (run_dir / "report.html").read_text()
 
 
 def test_coder_tool_calls_reach_the_trace(tmp_path: Path) -> None:

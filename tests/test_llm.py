@@ -496,6 +496,23 @@ def test_real_openai_client_against_the_fake_server(server: FakeOpenAIServer) ->
     assert server.headers[-1]["authorization"] == f"Bearer {PLACEHOLDER_API_KEY}"
 
 
+def test_sampling_settings_reach_the_server_and_given_prices_make_the_bill(server: FakeOpenAIServer) -> None:
+    server.reply(ideas_json(None, "c1"), prompt_tokens=2_000, completion_tokens=500)
+    spec = parse_model("openai:test-model", base_url=server.url)
+    session = ChatSession.from_spec(spec, timeout_s=5, temperature=0.25, max_tokens_per_call=700, price=(3.0, 15.0))
+    LLMPlanner(session).propose(PROBLEM, "cuda", 2, HISTORY, BEST, "")
+    body = server.requests[-1]
+    assert body["temperature"] == 0.25 and 700 in (body.get("max_tokens"), body.get("max_completion_tokens"))
+    record = session.calls[-1]
+    assert record.priced and record.dollars == pytest.approx(2_000 * 3.0 / 1e6 + 500 * 15.0 / 1e6)
+    # Without prices a model behind a base URL costs nothing, and its record says it was not priced.
+    server.reply(ideas_json(None, "c1"), prompt_tokens=2_000, completion_tokens=500)
+    free = ChatSession.from_spec(spec, timeout_s=5)
+    LLMPlanner(free).propose(PROBLEM, "cuda", 2, HISTORY, BEST, "")
+    assert not free.calls[-1].priced and free.calls[-1].dollars == 0.0
+    assert "temperature" not in server.requests[-1]
+
+
 def test_fake_server_server_errors_timeouts_and_streaming(server: FakeOpenAIServer) -> None:
     server.error(500).reply("late", delay_s=1.0).reply("fine", prompt_tokens=7, completion_tokens=2)
     spec = parse_model("openai:test-model", base_url=server.url)

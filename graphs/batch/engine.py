@@ -55,6 +55,8 @@ COMPARED = (
     "roles",
     "timing",
     "ncu",
+    "temperature",
+    "max_tokens_per_call",
 )
 STOP_CHILDREN_S = 30.0
 T = TypeVar("T")
