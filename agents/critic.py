@@ -123,13 +123,20 @@ class LLMCritic(Critic):
         from agents.llm_roles import LLMCritic as Strategy
 
         update = super().__call__(state, ctx)
+        round_ = state.get("round", 0)
+        # The candidates as judged just now: this round's, with their code, and the best after this round.
+        judged = {u["id"]: u for u in update["candidates"]}
+        merged = {c["id"]: {**c, **judged.get(c["id"], {})} for c in state.get("candidates", [])}
         review = Strategy(ctx.extras["chat"], device=ctx.settings.device, policy=ctx.settings.policy).review(
             problem_source=ctx.problem.source,
-            candidates=[{k: v for k, v in c.items() if k != "source"} for c in state.get("candidates", [])],
-            best=None,
-            round=state.get("round", 0),
-            rounds_left=max(0, ctx.settings.rounds - state.get("round", 0)),
+            candidates=[c for c in merged.values() if c.get("round") == round_],
+            best=merged.get(update["best_id"]) if update.get("best_id") else None,
+            round=round_,
+            rounds_left=max(0, ctx.settings.rounds - round_),
         )
+        for cid, why in review.get("reasons", {}).items():
+            if cid in judged:
+                judged[cid]["critic_reason"] = f"{judged[cid]['critic_reason']}; reviewer: {why}"
         update["feedback"] = [update["feedback"][0] + "\nreviewer: " + str(review.get("feedback", ""))]
         if review.get("stop") and "stop_reason" not in update:
             update["stop_reason"] = "the critic judged further rounds unpromising"

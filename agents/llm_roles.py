@@ -94,7 +94,7 @@ def history_lines(history: list[dict[str, Any]]) -> str:
 
 def best_section(best: dict[str, Any] | None, *, with_source: bool = True) -> str:
     if not best:
-        return "No correct candidate yet: the reference is the one to beat."
+        return "No candidate has been accepted yet: the reference is the one to beat."
     text = f"Best candidate so far: {best.get('id', '?')}, {result_line(best)}."
     if best.get("diagnosis"):
         text += f"\nIts diagnosis: {_clip(best['diagnosis'])}"

@@ -14,15 +14,20 @@ def tried_summary(state: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         {
             "id": c["id"],
+            "round": c.get("round"),
+            "parent_id": c.get("parent_id"),
             "idea": c.get("idea", ""),
             "template": c.get("template"),
             "params": c.get("params"),
             "status": c.get("status"),
             "reason": c.get("reason"),
             "speedup_vs_best": c.get("speedup_vs_best"),
+            "speedup_vs_eager": c.get("speedup_vs_eager"),
             "pct_roofline": c.get("pct_roofline"),
             "diagnosis": c.get("diagnosis"),
             "reduced_precision": c.get("reduced_precision"),
+            "verdict": c.get("verdict"),
+            "critic_reason": c.get("critic_reason"),
         }
         for c in state.get("candidates", [])
     ]
@@ -84,7 +89,8 @@ class LLMPlanner:
         from agents.llm_roles import LLMPlanner as Strategy
 
         round_ = state.get("round", 0) + 1
-        best = best_candidate(state)  # type: ignore[arg-type]
+        # The candidate to build on: the best, else the fastest correct one (not yet faster than the reference).
+        best = best_candidate(state) or fastest_accepted(state)  # type: ignore[arg-type]
         feedback = state.get("feedback", [])
         drafts = Strategy(ctx.extras["chat"], policy=ctx.settings.policy).propose(
             problem_source=ctx.problem.source,

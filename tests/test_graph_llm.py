@@ -170,6 +170,21 @@ def test_two_rounds_route_back_to_the_planner(tmp_path: Path) -> None:
     assert state["usage"]["planner"]["llm_calls"] == 2
 
 
+def test_the_planner_and_critic_see_the_history_the_best_and_this_round_s_code(tmp_path: Path) -> None:
+    good = code(CANDIDATES / "softmax_cpu.py")
+    reviewed = '```json\n{"feedback": "go on", "stop": false, "reasons": {"c1-0": "the online max saves a pass"}}\n```'
+    state, model = run(tmp_path, [IDEA, good, reviewed, IDEA, good, REVIEW], rounds=2)
+    first = next(c for c in state["candidates"] if c["id"] == "c1-0")
+    assert first["verdict"] == "accepted" and first["critic_reason"].endswith("; reviewer: the online max saves a pass")
+    planner = model.seen[3][-1].content  # the second round's plan
+    assert "- c1-0 (round 1, from the reference): ok" in planner and "round ?" not in planner
+    assert "critic: verified on fresh inputs" in planner and "reviewer: the online max saves a pass" in planner
+    assert "Best candidate so far: c1-0" in planner and "class ModelNew" in planner  # its code, to build on
+    critic = model.seen[5][-1].content  # the second round's review
+    assert "### c2-0" in critic and "### c1-0" not in critic  # this round's candidates, not every round's
+    assert "class ModelNew" in critic
+
+
 def test_token_budget_ends_the_run_cleanly(tmp_path: Path) -> None:
     costly = AIMessage(content=IDEA, usage_metadata={"input_tokens": 900, "output_tokens": 200, "total_tokens": 1100})
     state, model = run(tmp_path, [costly, code(CANDIDATES / "softmax_cpu.py")], budgets=Budgets(tokens=1000))
