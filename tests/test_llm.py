@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -450,6 +451,20 @@ def test_prompt_snapshots() -> None:
     check_snapshot("critic", both(critic.prompts(PROBLEM, HISTORY, BEST, 1, 2)))
     strict = LLMCritic(session, device="cpu", policy="strict").prompts(PROBLEM, HISTORY, BEST, 1, 2)[0]
     check_snapshot("system_strict_cpu", strict)
+
+
+def test_the_cpu_target_s_prompts_say_nothing_of_gpus() -> None:
+    session, _ = session_for()
+    idea = {"text": "one pass", "expected_gain": "2x", "parent_id": None}
+    error = "kernel.c:2: error: 'cols' undeclared"
+    prompts = [
+        *LLMPlanner(session).prompts(PROBLEM, "cpu", 2, HISTORY, BEST, ""),
+        *LLMCoder(session).prompts(PROBLEM, "cpu", idea, None, None),
+        *LLMCoder(session).prompts(PROBLEM, "cpu", idea, CANDIDATE, error),
+        *LLMCritic(session, device="cpu").prompts(PROBLEM, HISTORY, BEST, 1, 2),
+    ]
+    for text in prompts:
+        assert not re.search(r"GPU performance|CuPy|NVRTC|cuBLAS|cuDNN|CUDA C", text), text
 
 
 def test_coder_prompt_with_tools_snapshot() -> None:
