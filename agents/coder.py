@@ -161,6 +161,7 @@ class LLMCoder(Coder):
             parent_source=base,
             error=error,
             tools=make_tools(ctx, role=self.name, candidate_id=candidate_id(idea)),
+            baseline=state.get("baseline"),
         )
 
 

@@ -133,6 +133,7 @@ class LLMCritic(Critic):
             best=merged.get(update["best_id"]) if update.get("best_id") else None,
             round=round_,
             rounds_left=max(0, ctx.settings.rounds - round_),
+            baseline=state.get("baseline"),
         )
         for cid, why in review.get("reasons", {}).items():
             if cid in judged:

@@ -92,6 +92,19 @@ def history_lines(history: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def reference_line(baseline: dict[str, Any] | None) -> str:
+    """The times to beat, from the run's baseline: eager, torch.compile, and the roofline floor where known."""
+    if not baseline or baseline.get("eager_ms") is None:
+        return "Reference times: not measured."
+    text = f"Reference times: eager {baseline['eager_ms']:.4f} ms"
+    if baseline.get("compile_ms") is not None:
+        text += f", torch.compile {baseline['compile_ms']:.4f} ms"
+    text += f"; candidates are measured against the faster ({baseline.get('best_reference') or 'eager'})."
+    if baseline.get("floor_ms"):
+        text += f" Roofline floor: {baseline['floor_ms']:.4f} ms ({baseline.get('bound')}-bound)."
+    return text
+
+
 def best_section(best: dict[str, Any] | None, *, with_source: bool = True) -> str:
     if not best:
         return "No candidate has been accepted yet: the reference is the one to beat."
@@ -124,11 +137,13 @@ class LLMPlanner:
         history: list[dict[str, Any]],
         best: dict[str, Any] | None,
         feedback: str,
+        baseline: dict[str, Any] | None = None,
     ) -> tuple[str, str]:
         user = render_prompt(
             "planner",
             problem_source=problem_source.rstrip("\n"),
             device=device,
+            reference=reference_line(baseline),
             k=k,
             history=history_lines(history),
             best_section=best_section(best),
@@ -144,13 +159,14 @@ class LLMPlanner:
         history: list[dict[str, Any]],
         best: dict[str, Any] | None,
         feedback: str,
+        baseline: dict[str, Any] | None = None,
     ) -> list[dict[str, Any]]:
         """k dicts {"text", "expected_gain", "parent_id"}; a parent_id not in history becomes best's id or None."""
         known = {str(c["id"]) for c in history if c.get("id") is not None}
         fallback = str(best["id"]) if best and best.get("id") is not None else None
         if fallback is not None:
             known.add(fallback)
-        system, user = self.prompts(problem_source, device, k, history, best, feedback)
+        system, user = self.prompts(problem_source, device, k, history, best, feedback, baseline)
         ideas, _ = self.session.ask(
             self.role,
             system,
@@ -240,10 +256,12 @@ class LLMCoder:
         parent_source: str | None,
         error: str | None,
         tools: Sequence[BaseTool] | None = None,
+        baseline: dict[str, Any] | None = None,
     ) -> tuple[str, str]:
         common = {
             "problem_source": problem_source.rstrip("\n"),
             "device": device,
+            "reference": reference_line(baseline),
             "idea_text": str(idea.get("text", "")).strip(),
             "tools_section": tools_section(tools, self.max_tool_rounds),
         }
@@ -275,9 +293,10 @@ class LLMCoder:
         parent_source: str | None,
         error: str | None,
         tools: Sequence[BaseTool] | None = None,
+        baseline: dict[str, Any] | None = None,
     ) -> str:
         """The candidate's complete Python source. With ``tools`` the model may call them first."""
-        system, user = self.prompts(problem_source, device, idea, parent_source, error, tools)
+        system, user = self.prompts(problem_source, device, idea, parent_source, error, tools, baseline)
         if tools:
             source, _ = self.session.ask_with_tools(
                 self.role,
@@ -338,6 +357,7 @@ class LLMCritic:
         best: dict[str, Any] | None,
         round: int,
         rounds_left: int,
+        baseline: dict[str, Any] | None = None,
     ) -> tuple[str, str]:
         blocks = []
         for c in candidates:
@@ -353,6 +373,7 @@ class LLMCritic:
         user = render_prompt(
             "critic",
             problem_source=problem_source.rstrip("\n"),
+            reference=reference_line(baseline),
             best_section=best_section(best, with_source=False),
             candidates="\n\n".join(blocks) if blocks else "(no candidates this round)",
             round=round,
@@ -367,10 +388,11 @@ class LLMCritic:
         best: dict[str, Any] | None,
         round: int,
         rounds_left: int,
+        baseline: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """{"feedback": str, "stop": bool, "reasons": {candidate_id: str}}."""
         ids = {str(c["id"]) for c in candidates if c.get("id") is not None}
-        system, user = self.prompts(problem_source, candidates, best, round, rounds_left)
+        system, user = self.prompts(problem_source, candidates, best, round, rounds_left, baseline)
         review, _ = self.session.ask(
             self.role, system, user, parse=lambda text: parse_review(text, ids), max_reasks=self.max_reasks
         )

@@ -99,6 +99,7 @@ class LLMPlanner:
             history=tried_summary(state),
             best=dict(best) if best else None,
             feedback=feedback[-1] if feedback else "",
+            baseline=state.get("baseline"),
         )
         ideas = [
             Idea(

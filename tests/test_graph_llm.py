@@ -180,6 +180,8 @@ def test_the_planner_and_critic_see_the_history_the_best_and_this_round_s_code(t
     assert "- c1-0 (round 1, from the reference): ok" in planner and "round ?" not in planner
     assert "critic: verified on fresh inputs" in planner and "reviewer: the online max saves a pass" in planner
     assert "Best candidate so far: c1-0" in planner and "class ModelNew" in planner  # its code, to build on
+    # Every role is told the times to beat, from this run's baseline.
+    assert all("Reference times: eager " in seen[-1].content for seen in model.seen)
     critic = model.seen[5][-1].content  # the second round's review
     assert "### c2-0" in critic and "### c1-0" not in critic  # this round's candidates, not every round's
     assert "class ModelNew" in critic

@@ -439,16 +439,18 @@ def both(pair: tuple[str, str]) -> str:
 def test_prompt_snapshots() -> None:
     session, _ = session_for()
     planner, coder, critic = LLMPlanner(session), LLMCoder(session), LLMCritic(session)
-    check_snapshot("planner", both(planner.prompts(PROBLEM, "cuda", 3, HISTORY, BEST, "fuse the two passes")))
+    baseline = {"eager_ms": 0.5123, "compile_ms": 0.4012, "best_reference": "compile", "floor_ms": 0.1}
+    baseline["bound"] = "memory"
+    check_snapshot("planner", both(planner.prompts(PROBLEM, "cuda", 3, HISTORY, BEST, "fuse the two passes", baseline)))
     check_snapshot("planner_first_round_cpu", both(planner.prompts(PROBLEM, "cpu", 2, [], None, "")))
     idea = {"text": "online softmax in one pass", "expected_gain": "2x fewer reads", "parent_id": "c1"}
-    check_snapshot("coder", both(coder.prompts(PROBLEM, "cuda", idea, CANDIDATE, None)))
+    check_snapshot("coder", both(coder.prompts(PROBLEM, "cuda", idea, CANDIDATE, None, baseline=baseline)))
     check_snapshot(
         "coder_from_reference", both(coder.prompts(PROBLEM, "cuda", {**idea, "parent_id": None}, None, None))
     )
     error = 'kernel.cu(2): error: identifier "cols" is undefined'
     check_snapshot("repair", both(coder.prompts(PROBLEM, "cuda", idea, CANDIDATE, error)))
-    check_snapshot("critic", both(critic.prompts(PROBLEM, HISTORY, BEST, 1, 2)))
+    check_snapshot("critic", both(critic.prompts(PROBLEM, HISTORY, BEST, 1, 2, baseline)))
     strict = LLMCritic(session, device="cpu", policy="strict").prompts(PROBLEM, HISTORY, BEST, 1, 2)[0]
     check_snapshot("system_strict_cpu", strict)
 
