@@ -162,6 +162,7 @@ class LLMCoder(Coder):
             error=error,
             tools=make_tools(ctx, role=self.name, candidate_id=candidate_id(idea)),
             baseline=state.get("baseline"),
+            parent=dict(parent) if parent and error is None else None,
         )
 
 

@@ -92,6 +92,19 @@ def history_lines(history: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def parent_record(parent: dict[str, Any] | None) -> str:
+    """What the coder is told of the candidate it starts from, besides its code: how it did, why, and what the
+    critic said of it (a line each, those known)."""
+    if not parent:
+        return ""
+    lines = [f"How it did: {result_line(parent)}."]
+    if parent.get("diagnosis"):
+        lines.append(f"Its diagnosis: {_clip(parent['diagnosis'])}")
+    if parent.get("critic_reason"):
+        lines.append(f"The critic: {_clip(parent['critic_reason'])}")
+    return "\n".join(lines) + "\n"
+
+
 def reference_line(baseline: dict[str, Any] | None) -> str:
     """The times to beat, from the run's baseline: eager, torch.compile, and the roofline floor where known."""
     if not baseline or baseline.get("eager_ms") is None:
@@ -257,6 +270,7 @@ class LLMCoder:
         error: str | None,
         tools: Sequence[BaseTool] | None = None,
         baseline: dict[str, Any] | None = None,
+        parent: dict[str, Any] | None = None,
     ) -> tuple[str, str]:
         common = {
             "problem_source": problem_source.rstrip("\n"),
@@ -272,8 +286,8 @@ class LLMCoder:
             if parent_source:
                 parent_id = idea.get("parent_id") or "the parent"
                 section = (
-                    f"Start from the parent candidate {parent_id}: keep what works, change what the idea says.\n\n"
-                    f"```python\n{_clip_source(parent_source)}\n```"
+                    f"Start from the parent candidate {parent_id}: keep what works, change what the idea says.\n"
+                    f"{parent_record(parent)}\n```python\n{_clip_source(parent_source)}\n```"
                 )
             else:
                 section = "There is no parent candidate: start from the reference above."
@@ -294,9 +308,11 @@ class LLMCoder:
         error: str | None,
         tools: Sequence[BaseTool] | None = None,
         baseline: dict[str, Any] | None = None,
+        parent: dict[str, Any] | None = None,
     ) -> str:
-        """The candidate's complete Python source. With ``tools`` the model may call them first."""
-        system, user = self.prompts(problem_source, device, idea, parent_source, error, tools, baseline)
+        """The candidate's complete Python source. With ``tools`` the model may call them first; ``parent``: the
+        parent candidate's record (how it did, its diagnosis, the critic's reason)."""
+        system, user = self.prompts(problem_source, device, idea, parent_source, error, tools, baseline, parent)
         if tools:
             source, _ = self.session.ask_with_tools(
                 self.role,

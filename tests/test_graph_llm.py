@@ -173,13 +173,17 @@ def test_two_rounds_route_back_to_the_planner(tmp_path: Path) -> None:
 def test_the_planner_and_critic_see_the_history_the_best_and_this_round_s_code(tmp_path: Path) -> None:
     good = code(CANDIDATES / "softmax_cpu.py")
     reviewed = '```json\n{"feedback": "go on", "stop": false, "reasons": {"c1-0": "the online max saves a pass"}}\n```'
-    state, model = run(tmp_path, [IDEA, good, reviewed, IDEA, good, REVIEW], rounds=2)
+    from_first = IDEA.replace('"parent_id": null', '"parent_id": "c1-0"')
+    state, model = run(tmp_path, [IDEA, good, reviewed, from_first, good, REVIEW], rounds=2)
     first = next(c for c in state["candidates"] if c["id"] == "c1-0")
     assert first["verdict"] == "accepted" and first["critic_reason"].endswith("; reviewer: the online max saves a pass")
     planner = model.seen[3][-1].content  # the second round's plan
     assert "- c1-0 (round 1, from the reference): ok" in planner and "round ?" not in planner
     assert "critic: verified on fresh inputs" in planner and "reviewer: the online max saves a pass" in planner
     assert "Best candidate so far: c1-0" in planner and "class ModelNew" in planner  # its code, to build on
+    coder = model.seen[4][-1].content  # the second round's candidate, built on c1-0
+    assert "Start from the parent candidate c1-0" in coder and "How it did: ok" in coder
+    assert "The critic: verified on fresh inputs" in coder and "reviewer: the online max saves a pass" in coder
     # Every role is told the times to beat, from this run's baseline.
     assert all("Reference times: eager " in seen[-1].content for seen in model.seen)
     critic = model.seen[5][-1].content  # the second round's review

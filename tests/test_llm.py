@@ -444,7 +444,7 @@ def test_prompt_snapshots() -> None:
     check_snapshot("planner", both(planner.prompts(PROBLEM, "cuda", 3, HISTORY, BEST, "fuse the two passes", baseline)))
     check_snapshot("planner_first_round_cpu", both(planner.prompts(PROBLEM, "cpu", 2, [], None, "")))
     idea = {"text": "online softmax in one pass", "expected_gain": "2x fewer reads", "parent_id": "c1"}
-    check_snapshot("coder", both(coder.prompts(PROBLEM, "cuda", idea, CANDIDATE, None, baseline=baseline)))
+    check_snapshot("coder", both(coder.prompts(PROBLEM, "cuda", idea, CANDIDATE, None, baseline=baseline, parent=BEST)))
     check_snapshot(
         "coder_from_reference", both(coder.prompts(PROBLEM, "cuda", {**idea, "parent_id": None}, None, None))
     )
