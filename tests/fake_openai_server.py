@@ -100,7 +100,9 @@ class _Handler(BaseHTTPRequestHandler):
             elif body.get("stream"):
                 self._stream(body, reply)
             else:
-                self._send_json(200, _completion(body, reply), reply.headers)
+                done = _completion(body, reply)
+                fake.counted(body, done["usage"])
+                self._send_json(200, done, reply.headers)
         except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout test)
             pass
 
@@ -110,6 +112,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache")
         self.end_headers()
         done = _completion(body, reply)
+        self.server.fake.counted(body, done["usage"])
         base = {"id": done["id"], "object": "chat.completion.chunk", "created": done["created"], "model": done["model"]}
         chunks = [
             {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": reply.text}}]},
@@ -178,10 +181,20 @@ class FakeOpenAIServer:
         self.api_key = api_key  # set: a chat request without ``Authorization: Bearer <api_key>`` gets a 401
         self.requests: list[dict[str, Any]] = []  # every chat request body, in order
         self.headers: list[dict[str, str]] = []  # and its headers, names in lower case
+        # Every answer sent, in order: its usage block and the first line of the request's last message.
+        self.usage: list[dict[str, Any]] = []
         self._queue: deque[Reply] = deque(Reply(r) if isinstance(r, str) else r for r in replies)
         self._lock = threading.Lock()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+
+    def counted(self, body: dict[str, Any], usage: dict[str, int]) -> None:
+        """Keep what the server billed for an answer as it is sent, with the request it answered."""
+        messages = body.get("messages") or [{}]
+        content = messages[-1].get("content")
+        first = content.strip().splitlines()[0] if isinstance(content, str) and content.strip() else ""
+        with self._lock:
+            self.usage.append({**usage, "request": first})
 
     # -- queue
 
