@@ -305,6 +305,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             rounds=args.rounds,
             ideas=args.ideas,
             repair_attempts=args.repairs,
+            patience=args.patience,
             budgets=Budgets(
                 wall_s=args.max_wall, tokens=args.max_tokens, dollars=args.max_dollars, gpu_s=args.max_gpu_s
             ),
@@ -372,6 +373,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
             rounds=args.rounds,
             ideas=args.ideas,
             repair_attempts=args.repairs,
+            patience=args.patience,
             budgets=Budgets(wall_s=args.max_wall, tokens=args.max_tokens, dollars=args.max_dollars),
             sandbox=sandbox,
             compile_reference=not args.no_compile,
@@ -671,6 +673,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--rounds", type=int, default=3)
     run.add_argument("--ideas", type=int, default=3, help="ideas (candidates) per round")
     run.add_argument("--repairs", type=int, default=2, help="repair attempts per candidate (LLM coder)")
+    run.add_argument(
+        "--patience", type=int, default=2, help="stop after this many rounds without a better candidate (default 2)"
+    )
     run.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     run.add_argument("--policy", default="relaxed", choices=["relaxed", "strict"])
     add_sandbox_options(run)
@@ -698,6 +703,9 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--rounds", type=int, default=3)
     batch.add_argument("--ideas", type=int, default=3, help="ideas (candidates) per round")
     batch.add_argument("--repairs", type=int, default=2, help="repair attempts per candidate (LLM coder)")
+    batch.add_argument(
+        "--patience", type=int, default=2, help="stop after this many rounds without a better candidate (default 2)"
+    )
     batch.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     batch.add_argument("--policy", default="relaxed", choices=["relaxed", "strict"])
     add_sandbox_options(batch)
