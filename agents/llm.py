@@ -10,14 +10,13 @@ call that requested it.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import email.utils
 import json
 import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -25,6 +24,7 @@ import structlog
 
 from agents.answers import ParseError, render_prompt
 from agents.models import ModelSpec, make_chat_model, price_for
+from tools.collectors import Collector
 from tools.errors import ConfigError, KernelforgeError
 
 if TYPE_CHECKING:
@@ -40,9 +40,8 @@ TOOL_ARG_CHARS = 200  # each tool-call argument is kept this long on a CallRecor
 TOOL_RESULT_CHARS = 2000  # and each tool result this long (the model gets up to MAX_TOOL_MESSAGE_CHARS)
 MAX_TOOL_MESSAGE_CHARS = 16_000  # a tool result longer than this is cut before the model sees it
 
-# The calls of one graph node, wherever it runs: the graph runs parallel branches (one coder per idea) in threads of
-# their own, each with its own copy of the context, so each branch collects its own calls and no other's.
-_node_calls: contextvars.ContextVar[list[CallRecord] | None] = contextvars.ContextVar("node_calls", default=None)
+# The calls of one graph node, wherever it runs: parallel branches each gather their own (``ChatSession.recording``).
+_node_calls: Collector[CallRecord] = Collector("node_calls")
 
 
 class BudgetExceeded(KernelforgeError):
@@ -290,16 +289,10 @@ class ChatSession:
         model = make_chat_model(spec, timeout_s=timeout_s, temperature=temperature, max_tokens=max_tokens_per_call)
         return cls(model, **kwargs)
 
-    @contextlib.contextmanager
-    def recording(self) -> Iterator[list[CallRecord]]:
+    def recording(self) -> AbstractContextManager[list[CallRecord]]:
         """The calls made inside the block by this thread of work alone, in order: a graph node's own calls while
         parallel branches call the same session (``self.calls`` holds every call of the run)."""
-        calls: list[CallRecord] = []
-        token = _node_calls.set(calls)
-        try:
-            yield calls
-        finally:
-            _node_calls.reset(token)
+        return _node_calls.collecting()
 
     # -- totals
 
@@ -588,9 +581,7 @@ class ChatSession:
             self.calls.append(record)
             self._spent_tokens += record.tokens
             self._spent_dollars += record.dollars
-        node = _node_calls.get()
-        if node is not None:
-            node.append(record)
+        _node_calls.add(record)
         event = "llm_call" if record.ok else "llm_call_failed"
         (bound.info if record.ok else bound.warning)(event, **record.summary())
         if self.on_call is not None:

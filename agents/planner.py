@@ -39,6 +39,12 @@ def fastest_accepted(state: dict[str, Any]) -> dict[str, Any] | None:
     return max(timed, key=lambda c: c["speedup_vs_best"], default=None)
 
 
+def to_build_on(state: dict[str, Any]) -> dict[str, Any] | None:
+    """The candidate the next round starts from: the best, else (while none beats the reference) the fastest
+    verified one, a near miss being a better place to search from than the reference."""
+    return best_candidate(state) or fastest_accepted(state)  # type: ignore[arg-type,return-value]
+
+
 class BuiltinPlanner:
     """Ideas from the builtin catalog: a spread of templates first, then neighbours of the best."""
 
@@ -47,9 +53,7 @@ class BuiltinPlanner:
 
     def __call__(self, state: dict[str, Any], ctx: RoleContext) -> dict[str, Any]:
         round_ = state.get("round", 0) + 1
-        # While no candidate beats the reference, tuning starts from the fastest verified one: a near miss
-        # is a better place to search from than a fresh spread.
-        best = best_candidate(state) or fastest_accepted(state)  # type: ignore[arg-type]
+        best = to_build_on(state)
         parent = {"template": best.get("template"), "params": best.get("params")} if best else None
         family = builtin.recognise(ctx.problem.info)
         specs = builtin.propose(
@@ -89,8 +93,7 @@ class LLMPlanner:
         from agents.llm_roles import LLMPlanner as Strategy
 
         round_ = state.get("round", 0) + 1
-        # The candidate to build on: the best, else the fastest correct one (not yet faster than the reference).
-        best = best_candidate(state) or fastest_accepted(state)  # type: ignore[arg-type]
+        best = to_build_on(state)
         feedback = state.get("feedback", [])
         drafts = Strategy(ctx.extras["chat"], policy=ctx.settings.policy).propose(
             problem_source=ctx.problem.source,

@@ -44,7 +44,7 @@ def _pageable(t: torch.Tensor) -> tuple[torch.Tensor, Callable[[], None]]:
 
 def _prefaulted(t: torch.Tensor) -> tuple[torch.Tensor, Callable[[], None]]:
     host = torch.empty_like(t, device="cpu")
-    host.view(torch.uint8).zero_()
+    answers.every_byte(host).zero_()
     return host, lambda: None
 
 

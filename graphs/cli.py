@@ -144,6 +144,7 @@ def render(evaluation) -> str:
 
 
 if TYPE_CHECKING:
+    from graphs.config import RunConfig
     from sandbox.config import AnySandboxConfig
     from sandbox.protocol import TimingConfig
 
@@ -283,20 +284,17 @@ def trace_hint(run_dir: Path) -> str:
     return f"how it got there: kforge trace {run_dir.name}{where} · kforge report {run_dir.name}{where} --open"
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def run_config(args: argparse.Namespace, **fields: Any) -> RunConfig:
+    """The ``RunConfig`` of `kforge run` and `kforge batch` from the options they share, plus ``fields`` (the problem
+    and the budgets); a value out of range is a one-line ``ConfigError`` naming its option."""
     from pydantic import ValidationError
 
-    from graphs.config import Budgets, RunConfig
-    from graphs.launch import stream_run
-    from graphs.runs import create_run, runs_root
+    from graphs.config import RunConfig
     from sandbox.config import job_machine
-    from tools.problem import load_problem
 
-    problem = load_problem(resolve_problem(args.problem))
     sandbox = sandbox_config(args)
     try:
-        config = RunConfig(
-            problem=str(problem.path),
+        return RunConfig(
             device=job_machine(sandbox, args.device)[0],  # type: ignore[arg-type]
             policy=args.policy,
             model=args.model,
@@ -306,19 +304,31 @@ def cmd_run(args: argparse.Namespace) -> int:
             ideas=args.ideas,
             repair_attempts=args.repairs,
             patience=args.patience,
-            budgets=Budgets(
-                wall_s=args.max_wall, tokens=args.max_tokens, dollars=args.max_dollars, gpu_s=args.max_gpu_s
-            ),
             sandbox=sandbox,
             compile_reference=not args.no_compile,
             n_checks=args.checks,
             timing=timing_config(args),
             ncu=args.ncu,
+            **fields,
         )
     except ValidationError as exc:
         first = exc.errors()[0]
         where, why = "-".join(map(str, first["loc"])), first["msg"].removeprefix("Value error, ")
         raise ConfigError(f"--{where}: {why}" if where else why) from exc
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from graphs.config import Budgets
+    from graphs.launch import stream_run
+    from graphs.runs import create_run, runs_root
+    from tools.problem import load_problem
+
+    problem = load_problem(resolve_problem(args.problem))
+    config = run_config(
+        args,
+        problem=str(problem.path),
+        budgets=Budgets(wall_s=args.max_wall, tokens=args.max_tokens, dollars=args.max_dollars, gpu_s=args.max_gpu_s),
+    )
     if args.roles:
         config.roles = args.roles.split(",")
     from agents import registry
@@ -344,12 +354,9 @@ def cmd_batch(args: argparse.Namespace) -> int:
     """`kforge batch`: one agent graph per problem of a folder or glob, `--parallel` at once; one table."""
     import shlex
 
-    from pydantic import ValidationError
-
     from graphs.batch import BatchSettings, discover, merge, run_batch
-    from graphs.config import Budgets, RunConfig
+    from graphs.config import Budgets
     from graphs.runs import runs_root
-    from sandbox.config import job_machine
 
     runs_dir = runs_root(args.runs_dir)
     out = Path(args.out) if args.out else runs_dir
@@ -361,30 +368,11 @@ def cmd_batch(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.parallel < 1:
         raise ConfigError("--parallel: must be at least 1")
-    sandbox = sandbox_config(args)
-    try:
-        base = RunConfig(
-            problem="",  # each problem's own path replaces it
-            device=job_machine(sandbox, args.device)[0],  # type: ignore[arg-type]
-            policy=args.policy,
-            model=args.model,
-            base_url=args.base_url,
-            **llm_settings(args),
-            rounds=args.rounds,
-            ideas=args.ideas,
-            repair_attempts=args.repairs,
-            patience=args.patience,
-            budgets=Budgets(wall_s=args.max_wall, tokens=args.max_tokens, dollars=args.max_dollars),
-            sandbox=sandbox,
-            compile_reference=not args.no_compile,
-            n_checks=args.checks,
-            timing=timing_config(args),
-            ncu=args.ncu,
-        )
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where, why = "-".join(map(str, first["loc"])), first["msg"].removeprefix("Value error, ")
-        raise ConfigError(f"--{where}: {why}" if where else why) from exc
+    base = run_config(
+        args,
+        problem="",  # each problem's own path replaces it
+        budgets=Budgets(wall_s=args.max_wall, tokens=args.max_tokens, dollars=args.max_dollars),
+    )
     problems = discover(args.problems, [o for o in args.only.split(",") if o])
     if not problems:
         raise ConfigError("no problem left after --only")

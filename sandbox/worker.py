@@ -63,7 +63,7 @@ from tools.cheat_tricks import (
 from tools.compile import CompileReport, check_candidate_cuda
 from tools.device import cpu_name
 from tools.errors import ProblemError
-from tools.memory import PeakMeter, Plan, chunk_elements, make_plan, memory_cap, return_freed
+from tools.memory import PeakMeter, Plan, chunk_elements, make_plan, memory_cap, return_freed, tensor_bytes
 from tools.problem import build_model, exec_source, make_inputs
 from tools.runtime_checks import OpRecorder
 
@@ -124,11 +124,6 @@ def _in_float64(model: nn.Module, device: torch.device, room: int) -> Iterator[N
         for name, t in [*model.named_parameters(), *model.named_buffers()]:
             if t.dtype != dtypes[name]:
                 t.data = t.data.to(dtypes[name])
-
-
-def _tensor_bytes(values: list[Any]) -> int:
-    """The bytes of the tensors among ``values``."""
-    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
 
 
 def _aliases(t: torch.Tensor, held: list[Any]) -> bool:
@@ -246,7 +241,7 @@ class Reference:
         with torch.no_grad(), OpRecorder():  # the dispatch mode's first use costs the process ~70 MB, once
             runtime_checks.poison_tensors(correctness.flatten_outputs(self.model(*inputs)))
         self.phases.mark("reference: first call")
-        held = _tensor_bytes([*self.model.parameters(), *self.model.buffers()]) + _tensor_bytes(inputs)
+        held = tensor_bytes([*self.model.parameters(), *self.model.buffers()]) + tensor_bytes(inputs)
         self.meter.rebase(held)
         with self.meter.window(self.memory, "call", since=self.meter.current()), torch.no_grad(), self.recorder:
             first = _own(correctness.flatten_outputs(self.model(*inputs)), inputs)
@@ -254,13 +249,13 @@ class Reference:
         return first
 
     def _plan(self, inputs: list[Any], outs: list[Any], checking: bool) -> Plan:
-        params = _tensor_bytes([*self.model.parameters(), *self.model.buffers()])
+        params = tensor_bytes([*self.model.parameters(), *self.model.buffers()])
         n = len(self.seeds) if checking else 0
         return make_plan(
             self.memory["eager_peak"],
             params,
-            _tensor_bytes(inputs),
-            _tensor_bytes(outs),
+            tensor_bytes(inputs),
+            tensor_bytes(outs),
             n,
             self.device.type,
             make_peak=self.memory["make_peak"],
@@ -422,7 +417,7 @@ class CandidateRun:
         slots, which this process's resident set holds already."""
         assert isinstance(self.side, RemoteSide)
         self.side.runner.rebase()
-        self.ref.meter.add_process(self.side.runner.pid, _tensor_bytes(self.ref.buffers) + sum(self.ref.output_bytes()))
+        self.ref.meter.add_process(self.side.runner.pid, tensor_bytes(self.ref.buffers) + sum(self.ref.output_bytes()))
 
     def _judge_right_answer(self, i: int, actual: list[Any], first: bool) -> None:
         """What a right answer can still hide: another memory layout (said once), or a constant passing only

@@ -25,6 +25,8 @@ from typing import IO, Any
 import structlog
 import torch
 
+from tools.memory import tensor_bytes
+
 
 @dataclass(frozen=True)
 class _Parked:
@@ -122,7 +124,7 @@ class AnswerStore:
 
     def put(self, key: Any, values: list[Any], *, keep_on_device: bool | None = None) -> None:
         """Store a set (tensors and other leaves). ``keep_on_device``: the plan's decision; None: while room is left."""
-        size = sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+        size = tensor_bytes(values)
         on_device = self.device_bytes + size <= self.allowance if keep_on_device is None else keep_on_device
         if on_device:
             self._sets[key] = list(values)

@@ -16,11 +16,9 @@ counted in a ``ToolStats`` (by default ``ctx.extras["tool_stats"]``).
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import threading
 import time
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +26,7 @@ import structlog
 from pydantic import BaseModel, Field
 
 from sandbox.protocol import TimingReport
+from tools.collectors import Collector
 from tools.compile import DEFAULT_ARCH, check_candidate_cuda
 from tools.errors import CandidateError
 from tools.evaluation import Evaluation, evaluate, profile_job
@@ -75,18 +74,12 @@ class ToolStats:
 
 # The sandbox seconds of the jobs a tool call ran, for whoever runs the tool (``jobs_of_the_call``): the call's
 # wall time also counts waiting for the host's turn, which is no sandbox time.
-_call_jobs: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("call_jobs", default=None)
+_call_jobs: Collector[float] = Collector("call_jobs")
 
 
-@contextlib.contextmanager
-def jobs_of_the_call() -> Iterator[list[float]]:
+def jobs_of_the_call() -> AbstractContextManager[list[float]]:
     """Collects the wall time of each sandbox job the tools run inside the block (this thread of work only)."""
-    jobs: list[float] = []
-    token = _call_jobs.set(jobs)
-    try:
-        yield jobs
-    finally:
-        _call_jobs.reset(token)
+    return _call_jobs.collecting()
 
 
 # ------------------------------------------------------------------------------------- formatting
@@ -149,8 +142,7 @@ class _Tools:
 
     def _done(self, tool: str, started: float, job_s: float, status: str, source: str) -> None:
         count = self.stats.add(tool, job_s)
-        if (jobs := _call_jobs.get()) is not None:
-            jobs.append(job_s)
+        _call_jobs.add(job_s)
         log.bind(role=self.role, tool=tool).info(
             "tool_call",
             candidate_id=self.candidate_id,

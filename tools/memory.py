@@ -26,9 +26,10 @@ import ctypes
 import functools
 import re
 import resource
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -45,6 +46,11 @@ MIN_CHUNK = 1 << 16
 # adaptive threshold has risen past them, freed ones stay in a heap that the resident set never gives back.
 MAX_CHUNK = {"cuda": 1 << 22, "cpu": 1 << 18}
 SCRATCH_PER_ELEMENT = 48  # float64 temporaries of one compared chunk (values, differences, masks)
+
+
+def tensor_bytes(values: Iterable[Any]) -> int:
+    """The bytes of the tensors among ``values`` (other values count nothing)."""
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
 
 
 def chunk_elements(eager_peak: int, device: str) -> int:

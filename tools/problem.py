@@ -26,7 +26,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from tools.errors import ProblemError
-from tools.memory import make_plan
+from tools.memory import make_plan, tensor_bytes
 from tools.paths import cache_dir, write_atomic
 
 SCALAR_TYPES = (bool, int, float)
@@ -285,7 +285,7 @@ def _input_bytes_on_meta(module: types.ModuleType) -> int | None:
             inputs = module.get_inputs()
     except Exception:  # a file that cannot make meta inputs is sized by the CPU pass instead
         return None
-    return sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+    return tensor_bytes(inputs)
 
 
 def load_problem(path: str | Path) -> Problem:
@@ -367,7 +367,7 @@ def _describe(module: types.ModuleType, path: Path, source: str, sha256: str) ->
     if not outputs or not all(isinstance(o, torch.Tensor) for o in outputs):
         raise ProblemError(f"{filename}: Model.forward must return a tensor or a tuple of tensors")
     params = list(model.parameters()) + list(model.buffers())
-    parameter_bytes = sum(p.numel() * p.element_size() for p in params)
+    parameter_bytes = tensor_bytes(params)
     in_specs: list[TensorSpec | bool | int | float] = [_spec(x) if isinstance(x, torch.Tensor) else x for x in inputs]
     out_specs = [_spec(o) for o in outputs]
     return ProblemInfo(
