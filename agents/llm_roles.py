@@ -13,12 +13,14 @@ import ast
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from agents.answers import ParseError, extract_code, extract_json, render_prompt
+from agents.answers import PROMPTS_DIR, ParseError, extract_code, extract_json, render_prompt
+from agents.hardware import sheet
 from agents.llm import ChatSession
 
 if TYPE_CHECKING:
     from langchain_core.tools import BaseTool
 
+EXAMPLES = PROMPTS_DIR / "examples"  # the worked example's problem and a candidate per target
 MAX_SOURCE_CHARS = 30_000  # a candidate source longer than this is cut in prompts
 MAX_LINE_CHARS = 400  # ideas, reasons, diagnoses and feedback in history lists
 _NULL_IDS = {"", "null", "none", "reference", "ref"}
@@ -27,9 +29,24 @@ _NULL_IDS = {"", "null", "none", "reference", "ref"}
 # ------------------------------------------------------------------------------------- formatting
 
 
+def target(device: str) -> str:
+    """``cpu`` for a device description that starts so, else ``cuda``."""
+    return "cpu" if device.strip().lower().startswith("cpu") else "cuda"
+
+
 def target_rules(device: str) -> str:
     """The toolchain rules for a device description (``cpu`` ..., else CUDA)."""
-    return render_prompt("target_cpu" if device.strip().lower().startswith("cpu") else "target_cuda")
+    return render_prompt(f"target_{target(device)}")
+
+
+def worked_example(device: str) -> str:
+    """A complete candidate for the target, beside the problem it solves (``agents/prompts/examples``: the tests
+    verify both candidates for real, so the example cannot teach a format the harness refuses)."""
+    return render_prompt(
+        "example",
+        example_problem=(EXAMPLES / "scaled_tanh.py").read_text(encoding="utf-8").rstrip("\n"),
+        example_candidate=(EXAMPLES / f"scaled_tanh_{target(device)}.py").read_text(encoding="utf-8").rstrip("\n"),
+    )
 
 
 def system_prompt(device: str, policy: str = "relaxed") -> str:
@@ -155,7 +172,7 @@ class LLMPlanner:
         user = render_prompt(
             "planner",
             problem_source=problem_source.rstrip("\n"),
-            device=device,
+            hardware=sheet(device, baseline),
             reference=reference_line(baseline),
             k=k,
             history=history_lines(history),
@@ -274,7 +291,7 @@ class LLMCoder:
     ) -> tuple[str, str]:
         common = {
             "problem_source": problem_source.rstrip("\n"),
-            "device": device,
+            "hardware": sheet(device, baseline),
             "reference": reference_line(baseline),
             "idea_text": str(idea.get("text", "")).strip(),
             "tools_section": tools_section(tools, self.max_tool_rounds),
@@ -294,6 +311,7 @@ class LLMCoder:
             user = render_prompt(
                 "coder",
                 **common,
+                example=worked_example(device),
                 expected_gain=str(idea.get("expected_gain", "")).strip() or "-",
                 parent_section=section,
             )
@@ -389,6 +407,7 @@ class LLMCritic:
         user = render_prompt(
             "critic",
             problem_source=problem_source.rstrip("\n"),
+            hardware=sheet(self.device, baseline),
             reference=reference_line(baseline),
             best_section=best_section(best, with_source=False),
             candidates="\n\n".join(blocks) if blocks else "(no candidates this round)",

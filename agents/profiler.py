@@ -15,6 +15,7 @@ from typing import Any
 import structlog
 
 from agents.base import Candidate, RoleContext, larger_memory
+from agents.hardware import cache_bytes, size
 from graphs.state import message
 from tools import speed
 from tools.errors import CandidateError
@@ -24,7 +25,10 @@ log = structlog.get_logger(__name__)
 LATENCY_BOUND_MS = 0.02  # below this a call is dominated by launch and dispatch overhead
 
 
-def diagnose(candidate_ms: float, baseline: dict[str, Any]) -> tuple[str, float | None]:
+def diagnose(candidate_ms: float, baseline: dict[str, Any], bytes_moved: int | None = None) -> tuple[str, float | None]:
+    """What bounds a candidate, and its percent of the roofline floor. ``bytes_moved``: the problem's inputs, outputs
+    and parameters; where they fit in the device's largest cache (``agents.hardware.cache_bytes``) a memory-bound
+    floor is not the limit, whatever percent of it the call reaches."""
     floor_ms = baseline.get("floor_ms")
     if not floor_ms:
         return "no roofline floor known", None
@@ -33,6 +37,14 @@ def diagnose(candidate_ms: float, baseline: dict[str, Any]) -> tuple[str, float 
         return f"cache-resident: {pct:.0f}% of the DRAM roofline, so its data stays in cache between calls", pct
     if candidate_ms < LATENCY_BOUND_MS or (pct < 5 and candidate_ms < 10 * LATENCY_BOUND_MS):
         return f"latency-bound: {candidate_ms * 1e3:.1f} µs a call, {pct:.1f}% of the {baseline['bound']} roofline", pct
+    cache = cache_bytes(baseline)
+    if baseline["bound"] == "memory" and bytes_moved and cache and bytes_moved <= cache:
+        return (
+            f"cache-resident: its {size(bytes_moved)} of inputs, outputs and parameters fit in the {size(cache)} "
+            f"{'L2' if (baseline.get('device') or {}).get('gpu') else 'last-level cache'}, so DRAM bandwidth is not "
+            f"its limit: at {pct:.1f}% of the bytes floor ({floor_ms:.4f} ms) the time goes to arithmetic the floor "
+            "does not count (exp, division), instruction latency or too little parallelism"
+        ), pct
     return f"{baseline['bound']}-bound at {pct:.1f}% of roofline (floor {floor_ms:.4f} ms)", pct
 
 
@@ -82,7 +94,7 @@ class Profiler:
             medians = ev.result.timing.medians_ratio("eager", "candidate")
             best_interval = (interval[0] * scale, interval[1] * scale) if interval else None
             said = speed.verdict(best_interval, medians * scale if medians else None)
-            diagnosis, pct = diagnose(cand_ms, baseline)
+            diagnosis, pct = diagnose(cand_ms, baseline, ctx.problem.info.bytes_moved)
             update.update(
                 timing={"eager": eager_ms, "candidate": cand_ms, "candidate_spread": stats["candidate"].spread},
                 speedup_vs_eager=vs_eager,

@@ -61,7 +61,7 @@ from tools.cheat_tricks import (
     library_family,
 )
 from tools.compile import CompileReport, check_candidate_cuda
-from tools.device import cpu_name
+from tools.device import cpu_name, hardware_facts
 from tools.errors import ProblemError
 from tools.memory import PeakMeter, Plan, chunk_elements, make_plan, memory_cap, return_freed, tensor_bytes
 from tools.problem import build_model, exec_source, make_inputs
@@ -102,6 +102,7 @@ def environment(device: torch.device) -> dict[str, str]:
     else:
         env["cpu"] = cpu_name()
         env["threads"] = str(torch.get_num_threads())
+    env.update(hardware_facts(device))  # the hardware sheet the LLM roles are given (agents.hardware)
     if contain.ENV in os.environ:
         env["containment"] = os.environ[contain.ENV]
     if contain.LIMITED in os.environ:

@@ -43,6 +43,8 @@ def test_reference_cuda_candidate_is_correct(op: str) -> None:
     assert result.timing is not None and result.timing.method == "cuda_events"
     assert result.timing.stats["candidate"].median_ms > 0
     assert result.environment["arch"] == "sm_90"
+    facts = ("sms", "threads_per_sm", "regs_per_sm", "smem_per_block_bytes", "smem_per_sm_bytes", "l2_bytes")
+    assert all(int(result.environment[k]) > 0 for k in facts), result.environment  # the hardware sheet's
 
 
 @pytest.mark.parametrize("op", sorted(OPS))

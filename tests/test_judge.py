@@ -55,6 +55,7 @@ def test_a_correct_candidate_is_checked_and_timed_through_the_runner() -> None:
     assert result.timing is not None and result.timing.stats["candidate"].trials >= 5
     assert result.environment["candidate_process"].startswith("its own (the runner")
     assert result.memory is not None and result.memory.peak_bytes > 0
+    assert int(result.environment["cores"]) >= 1  # the hardware sheet's facts (agents.hardware), from the judge
 
 
 def test_the_judge_s_memory_and_environment_are_out_of_the_candidate_s_reach() -> None:

@@ -441,6 +441,9 @@ def test_prompt_snapshots() -> None:
     planner, coder, critic = LLMPlanner(session), LLMCoder(session), LLMCritic(session)
     baseline = {"eager_ms": 0.5123, "compile_ms": 0.4012, "best_reference": "compile", "floor_ms": 0.1}
     baseline["bound"] = "memory"
+    baseline["device"] = {"gpu": "NVIDIA H100 80GB HBM3", "cuda": "13.0", "arch": "sm_90", "sms": "132"}
+    baseline["device"].update(threads_per_sm="2048", smem_per_block_bytes="232448", l2_bytes=str(50 << 20))
+    baseline["ceilings"] = {"copy_bytes_per_s": 3.01e12, "fp32_flops": 5.1e13, "tf32_flops": 3.8e14}
     check_snapshot("planner", both(planner.prompts(PROBLEM, "cuda", 3, HISTORY, BEST, "fuse the two passes", baseline)))
     check_snapshot("planner_first_round_cpu", both(planner.prompts(PROBLEM, "cpu", 2, [], None, "")))
     idea = {"text": "online softmax in one pass", "expected_gain": "2x fewer reads", "parent_id": "c1"}

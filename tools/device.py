@@ -105,6 +105,68 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+# The instruction-set extensions a kernel writer picks code paths by (x86 flags, Arm features), in this order.
+ISA_FLAGS = (
+    "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+    "avx512_fp16", "amx_tile", "amx_bf16", "asimd", "asimdhp", "asimddp", "sve", "sve2", "bf16", "i8mm",
+)  # fmt: skip
+
+
+def _size_bytes(text: str) -> int:
+    """sysfs cache sizes: ``32K``, ``1024K``, ``32768K``, ``2M``."""
+    text = text.strip().upper()
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    return int(text.rstrip("KMG")) * scale
+
+
+def cpu_caches() -> dict[str, int]:
+    """Data and unified cache sizes seen by CPU 0, by level (``L1d``, ``L2``, ``L3``); empty where sysfs has none."""
+    caches: dict[str, int] = {}
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        kind = (index / "type").read_text().strip() if (index / "type").exists() else ""
+        if kind not in ("Data", "Unified") or not (index / "size").exists():
+            continue
+        level = (index / "level").read_text().strip()
+        caches[f"L{level}{'d' if kind == 'Data' else ''}"] = _size_bytes((index / "size").read_text())
+    return caches
+
+
+def cpu_isa() -> list[str]:
+    """The extensions of ``ISA_FLAGS`` this CPU has, from /proc/cpuinfo."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.exists():
+        return []
+    for line in cpuinfo.read_text().splitlines():
+        if line.startswith(("flags", "Features")):
+            have = set(line.split(":", 1)[1].split())
+            return [f for f in ISA_FLAGS if f in have]
+    return []
+
+
+def hardware_facts(device: torch.device) -> dict[str, str]:
+    """What a kernel writer sizes a kernel by, as strings for a job's ``environment``. CUDA: SMs, threads and
+    registers per SM, shared memory per block (opt-in) and per SM, L2 and device memory in bytes. CPU: cores this
+    process may use, the ISA extensions, cache sizes by level and the last level's (``llc_bytes``)."""
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        facts = {
+            "sms": props.multi_processor_count,
+            "threads_per_sm": props.max_threads_per_multi_processor,
+            "regs_per_sm": props.regs_per_multiprocessor,
+            "smem_per_block_bytes": props.shared_memory_per_block_optin,
+            "smem_per_sm_bytes": props.shared_memory_per_multiprocessor,
+            "l2_bytes": props.L2_cache_size,
+            "memory_bytes": props.total_memory,
+        }
+        return {k: str(v) for k, v in facts.items()}
+    caches = cpu_caches()
+    facts = {"cores": str(len(os.sched_getaffinity(0))), "isa": " ".join(cpu_isa())}
+    facts.update({f"{level.lower()}_bytes": str(size) for level, size in caches.items()})
+    if caches:
+        facts["llc_bytes"] = str(caches[max(caches)])  # L3 > L2 > L1d in string order
+    return facts
+
+
 def gpu_summary() -> list[str]:
     rows = _nvidia_smi("name,driver_version,memory.total")
     if rows:
