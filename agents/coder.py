@@ -127,16 +127,21 @@ class Coder(ABC):
         }
 
 
+def render_idea(idea: Idea, ctx: RoleContext, error: str | None) -> str | None:
+    """A catalog idea's source, rendered from its template; None for a repair: templates are correct by
+    construction, so there is nothing to repair."""
+    if error is not None or "template" not in idea["params"]:
+        return None
+    return builtin.render(idea["params"]["template"], idea["params"]["params"], ctx.settings.device)
+
+
 class BuiltinCoder(Coder):
-    """Renders the catalog template the builtin planner chose; templates are correct by construction,
-    so there is nothing to repair."""
+    """Renders the catalog template the builtin planner chose."""
 
     def write(
         self, idea: Idea, state: dict[str, Any], ctx: RoleContext, error: str | None, failed_source: str | None
     ) -> str | None:
-        if error is not None or "template" not in idea["params"]:
-            return None
-        return builtin.render(idea["params"]["template"], idea["params"]["params"], ctx.settings.device)
+        return render_idea(idea, ctx, error)
 
 
 class LLMCoder(Coder):
@@ -151,6 +156,8 @@ class LLMCoder(Coder):
         from agents.llm_roles import LLMCoder as Strategy
         from tools.langchain_tools import make_tools
 
+        if "template" in idea["params"]:  # the builtin catalog's idea (RunConfig.seed_builtin): no model needed
+            return render_idea(idea, ctx, error)
         parent = next((c for c in state.get("candidates", []) if c["id"] == idea["parent_id"]), None)
         # A repair starts from the attempt that failed; a first attempt from the idea's parent.
         base = failed_source if error is not None else (parent.get("source") if parent else None)

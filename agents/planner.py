@@ -45,6 +45,41 @@ def to_build_on(state: dict[str, Any]) -> dict[str, Any] | None:
     return best_candidate(state) or fastest_accepted(state)  # type: ignore[arg-type,return-value]
 
 
+def catalog_parent(state: dict[str, Any]) -> dict[str, Any] | None:
+    """The candidate the builtin catalog's next ideas branch from: ``to_build_on`` among the candidates a template
+    made (in a builtin run, all of them), so the catalog's own search goes on the same beside a model's ideas."""
+    best = best_candidate(state)  # type: ignore[arg-type]
+    if best and best.get("template"):
+        return best  # type: ignore[return-value]
+    return fastest_accepted({"candidates": [c for c in state.get("candidates", []) if c.get("template")]})
+
+
+def builtin_ideas(state: dict[str, Any], ctx: RoleContext, round_: int, first: int = 0) -> list[Idea]:
+    """Up to ``ideas`` of the builtin catalog's ideas for this round, ids from ``r<round>i<first>``; none where no
+    template applies to the problem or the catalog's search space is spent."""
+    best = catalog_parent(state)
+    parent = {"template": best.get("template"), "params": best.get("params")} if best else None
+    specs = builtin.propose(
+        ctx.problem.info, ctx.settings.device, ctx.settings.ideas, tried_summary(state), parent, ctx.settings.policy
+    )
+    return [
+        Idea(
+            id=f"r{round_}i{first + j}",
+            round=round_,
+            parent_id=best["id"] if best else None,
+            text=spec.text,
+            expected_gain=spec.expected_gain,
+            author="builtin",
+            params={"template": spec.template, "params": dict(spec.params)},
+        )
+        for j, spec in enumerate(specs)
+    ]
+
+
+def idea_lines(ideas: list[Idea]) -> str:
+    return "\n".join(f"- {i['id']}: {i['text']} (expect: {i['expected_gain']})" for i in ideas) or "no ideas"
+
+
 class BuiltinPlanner:
     """Ideas from the builtin catalog: a spread of templates first, then neighbours of the best."""
 
@@ -53,32 +88,15 @@ class BuiltinPlanner:
 
     def __call__(self, state: dict[str, Any], ctx: RoleContext) -> dict[str, Any]:
         round_ = state.get("round", 0) + 1
-        best = to_build_on(state)
-        parent = {"template": best.get("template"), "params": best.get("params")} if best else None
         family = builtin.recognise(ctx.problem.info)
-        specs = builtin.propose(
-            ctx.problem.info, ctx.settings.device, ctx.settings.ideas, tried_summary(state), parent, ctx.settings.policy
-        )
-        ideas = [
-            Idea(
-                id=f"r{round_}i{j}",
-                round=round_,
-                parent_id=best["id"] if best else None,
-                text=spec.text,
-                expected_gain=spec.expected_gain,
-                author="builtin",
-                params={"template": spec.template, "params": dict(spec.params)},
-            )
-            for j, spec in enumerate(specs)
-        ]
+        ideas = builtin_ideas(state, ctx, round_)
         update: dict[str, Any] = {"round": round_, "ideas": ideas}
         if not ideas:
             update["stop_reason"] = (
                 "no builtin idea applies to this problem" if family is None else "the builtin search space is exhausted"
             )
-        summary = "\n".join(f"- {i['id']}: {i['text']} (expect: {i['expected_gain']})" for i in ideas) or "no ideas"
         update["messages"] = [
-            message("planner", "decision", f"family {family}; round {round_} ideas:\n{summary}", round_)
+            message("planner", "decision", f"family {family}; round {round_} ideas:\n{idea_lines(ideas)}", round_)
         ]
         return update
 
@@ -116,7 +134,17 @@ class LLMPlanner:
             )
             for j, d in enumerate(drafts[: ctx.settings.ideas])
         ]
-        update: dict[str, Any] = {"round": round_, "ideas": ideas}
+        update: dict[str, Any] = {"round": round_}
+        if ctx.settings.seed_builtin:
+            # The catalog's search goes on beside the model's ideas: the run keeps the best of both, and is never
+            # worse than the builtin team alone (its ideas are rendered, not written: agents.coder.LLMCoder).
+            seeds = builtin_ideas(state, ctx, round_, first=len(ideas))
+            if seeds:
+                update["messages"] = [
+                    message("planner", "decision", f"builtin ideas beside the model's:\n{idea_lines(seeds)}", round_)
+                ]
+            ideas += seeds
+        update["ideas"] = ideas
         if not ideas:
             update["stop_reason"] = "the planner proposed no ideas"
         return update

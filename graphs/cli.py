@@ -594,6 +594,13 @@ def add_llm_options(parser: argparse.ArgumentParser) -> None:
         "for a model behind --base-url); with --price-out",
     )
     parser.add_argument("--price-out", type=float, default=None, help="dollars per million output tokens")
+    parser.add_argument(
+        "--seed-builtin",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="an LLM team's rounds also get the builtin catalog's ideas where a template applies, so the run is "
+        "never worse than the builtin team alone (default: on)",
+    )
 
 
 def llm_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -606,6 +613,7 @@ def llm_settings(args: argparse.Namespace) -> dict[str, Any]:
         "max_tokens_per_call": args.max_tokens_per_call,
         "llm_timeout_s": args.llm_timeout,
         "prices": prices,
+        "seed_builtin": args.seed_builtin,
     }
 
 

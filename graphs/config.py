@@ -29,6 +29,11 @@ class RunConfig(BaseModel):
     ideas: int = Field(3, ge=1, description="ideas (and so candidates) per round")
     repair_attempts: int = Field(2, ge=0)
     patience: int = Field(2, ge=1, description="stop after this many rounds without a better candidate")
+    seed_builtin: bool = Field(
+        True,
+        description="an LLM team's rounds also get the builtin catalog's ideas (where a template applies), so the "
+        "run keeps the best of both and is never worse than the builtin team alone",
+    )
     budgets: Budgets = Budgets()
     roles: list[str] = Field(default_factory=lambda: list(DEFAULT_ROLES))
     sandbox: SandboxConfig = LocalSandboxConfig()

@@ -45,6 +45,7 @@ def code(path: Path) -> str:
 def run(tmp_path: Path, answers: list[Any], **settings: Any) -> tuple[dict[str, Any], ScriptedChatModel]:
     """The graph with every model call answered from ``answers`` in turn (a ``model=`` setting replaces the fake)."""
     model = settings.pop("model", None) or ScriptedChatModel(messages=iter(answers))
+    settings.setdefault("seed_builtin", False)  # the model's candidates alone, unless a test asks for the catalog's
     budgets = settings.pop("budgets", Budgets())
     config = RunConfig(
         problem=str(PROBLEMS / "softmax_small.py"),
@@ -191,6 +192,21 @@ def test_the_planner_and_critic_see_the_history_the_best_and_this_round_s_code(t
     assert "class ModelNew" in critic
 
 
+def test_the_builtin_catalog_s_ideas_run_beside_the_model_s(tmp_path: Path) -> None:
+    """--seed-builtin (the default): the round gets the catalog's idea too, rendered without a model call, checked,
+    timed and reviewed like the model's; the run keeps the better of the two."""
+    state, model = run(tmp_path, [IDEA, code(CANDIDATES / "softmax_cpu.py"), REVIEW], seed_builtin=True)
+    by_id = {c["id"]: c for c in state["candidates"]}
+    assert sorted(by_id) == ["c1-0", "c1-1"]
+    assert by_id["c1-0"]["template"] is None and by_id["c1-1"]["template"]  # the model's, then the catalog's
+    assert all(c["status"] == "ok" and c["timing"] for c in by_id.values()), [c.get("reason") for c in by_id.values()]
+    assert len(model.seen) == 3  # planner, one coder, critic: the catalog's idea took no model call
+    assert "### c1-1" in model.seen[2][-1].content  # the critic reviewed both
+    assert any("builtin ideas beside the model's" in m["content"] for m in state["messages"])
+    fastest = max(by_id.values(), key=lambda c: c["speedup_vs_best"])
+    assert state["best_id"] in (fastest["id"], None)
+
+
 def test_token_budget_ends_the_run_cleanly(tmp_path: Path) -> None:
     costly = AIMessage(content=IDEA, usage_metadata={"input_tokens": 900, "output_tokens": 200, "total_tokens": 1100})
     state, model = run(tmp_path, [costly, code(CANDIDATES / "softmax_cpu.py")], budgets=Budgets(tokens=1000))
@@ -207,6 +223,7 @@ def test_kforge_run_through_a_local_openai_compatible_server(tmp_path: Path) -> 
         env["KFORGE_RUNS_DIR"] = str(tmp_path)
         cmd = [sys.executable, "-m", "graphs.cli", "run", "softmax_small", "--device", "cpu", "--rounds", "1"]
         cmd += ["--ideas", "1", "--no-compile", "--model", "openai:test-model", "--base-url", server.url]
+        cmd += ["--no-seed-builtin"]
         cmd += ["--temperature", "0.4", "--max-tokens-per-call", "900", "--price-in", "2", "--price-out", "4"]
         out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr
