@@ -247,6 +247,24 @@ def parse_candidate(text: str) -> str:
     return source
 
 
+def implementation_note(idea: dict[str, Any]) -> str:
+    """For an idea written several times (``RunConfig.implementations``), which one this is and what that asks."""
+    params = idea.get("params") or {}
+    v, n = params.get("implementation"), params.get("of")
+    if not n or n < 2:
+        return ""
+    return (
+        f"\n\nThis is implementation {v} of {n} of this idea, written in parallel by different engineers who do not "
+        "see each other's code. "
+        + (
+            "Write the most direct implementation of it."
+            if v == 1
+            else "Take a different route from the most direct one (another parallel decomposition, tiling, vector "
+            "width or order of the work), so that the implementations differ and the fastest can be kept."
+        )
+    )
+
+
 def tools_section(tools: Sequence[BaseTool] | None, max_tool_rounds: int) -> str:
     """The coder prompt's paragraph on the tools it may call (empty without tools)."""
     if not tools:
@@ -313,6 +331,7 @@ class LLMCoder:
                 **common,
                 example=worked_example(device),
                 expected_gain=str(idea.get("expected_gain", "")).strip() or "-",
+                implementation=implementation_note(idea),
                 parent_section=section,
             )
         return system_prompt(device, self.policy), user

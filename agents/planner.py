@@ -122,17 +122,19 @@ class LLMPlanner:
             feedback=feedback[-1] if feedback else "",
             baseline=state.get("baseline"),
         )
+        n = ctx.settings.implementations  # each idea written n times, by coders that each take their own route
         ideas = [
             Idea(
-                id=f"r{round_}i{j}",
+                id=f"r{round_}i{j * n + v}",
                 round=round_,
                 parent_id=d.get("parent_id"),
                 text=d["text"],
                 expected_gain=d.get("expected_gain", ""),
                 author=ctx.settings.model,
-                params={},
+                params={"implementation": v + 1, "of": n} if n > 1 else {},
             )
             for j, d in enumerate(drafts[: ctx.settings.ideas])
+            for v in range(n)
         ]
         update: dict[str, Any] = {"round": round_}
         if ctx.settings.seed_builtin:

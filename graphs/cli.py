@@ -595,6 +595,12 @@ def add_llm_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--price-out", type=float, default=None, help="dollars per million output tokens")
     parser.add_argument(
+        "--implementations",
+        type=int,
+        default=1,
+        help="coders that each write their own implementation of every idea (default 1)",
+    )
+    parser.add_argument(
         "--seed-builtin",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -614,6 +620,7 @@ def llm_settings(args: argparse.Namespace) -> dict[str, Any]:
         "llm_timeout_s": args.llm_timeout,
         "prices": prices,
         "seed_builtin": args.seed_builtin,
+        "implementations": args.implementations,
     }
 
 

@@ -28,6 +28,9 @@ class RunConfig(BaseModel):
     rounds: int = Field(3, ge=1)
     ideas: int = Field(3, ge=1, description="ideas (and so candidates) per round")
     repair_attempts: int = Field(2, ge=0)
+    implementations: int = Field(
+        1, ge=1, description="LLM team: coders that each write their own implementation of every idea"
+    )
     patience: int = Field(2, ge=1, description="stop after this many rounds without a better candidate")
     seed_builtin: bool = Field(
         True,

@@ -207,6 +207,17 @@ def test_the_builtin_catalog_s_ideas_run_beside_the_model_s(tmp_path: Path) -> N
     assert state["best_id"] in (fastest["id"], None)
 
 
+def test_each_idea_is_written_by_as_many_coders_as_implementations_asks(tmp_path: Path) -> None:
+    good = code(CANDIDATES / "softmax_cpu.py")
+    state, model = run(tmp_path, [IDEA, good, good, REVIEW], implementations=2)
+    assert sorted(c["id"] for c in state["candidates"]) == ["c1-0", "c1-1"]
+    assert {c["idea"] for c in state["candidates"]} == {"one C loop per row, online max and sum"}
+    coders = sorted(seen[-1].content for seen in model.seen[1:3])
+    assert "This is implementation 1 of 2 of this idea" in coders[0] and "most direct" in coders[0]
+    assert "This is implementation 2 of 2 of this idea" in coders[1] and "different route" in coders[1]
+    assert len(model.seen) == 4 and state["usage"]["coder"]["llm_calls"] == 2
+
+
 def test_token_budget_ends_the_run_cleanly(tmp_path: Path) -> None:
     costly = AIMessage(content=IDEA, usage_metadata={"input_tokens": 900, "output_tokens": 200, "total_tokens": 1100})
     state, model = run(tmp_path, [costly, code(CANDIDATES / "softmax_cpu.py")], budgets=Budgets(tokens=1000))
