@@ -91,6 +91,7 @@ class CallRecord:
     # "result" (clipped), "ok", "seconds" (wall time), "job_s" (the sandbox jobs' own time, no waiting for a turn)}.
     # Empty for a plain answer.
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    finish_reason: str | None = None  # the server's: "length" means the answer was cut off at its token limit
 
     @property
     def tokens(self) -> int:
@@ -427,13 +428,16 @@ class ChatSession:
             try:
                 value = parse(record.answer)
             except ParseError as exc:
-                record.ok, record.error = False, f"parse: {exc}"
+                why = str(exc)
+                if record.finish_reason == "length":  # say why, so that the next answer is made to fit
+                    why += "; the answer was cut off at its token limit: give the file alone, without prose"
+                record.ok, record.error = False, f"parse: {why}"
                 self._finish(record, bound)
                 if reask >= max_reasks:
                     raise ParseError(
-                        f"{role}: no usable answer after {reask + 1} tries: {exc}", answer=record.answer
+                        f"{role}: no usable answer after {reask + 1} tries: {why}", answer=record.answer
                     ) from exc
-                messages += [reply, *(m for _, m in refused), HumanMessage(content=render_prompt("reask", error=exc))]
+                messages += [reply, *(m for _, m in refused), HumanMessage(content=render_prompt("reask", error=why))]
                 reask += 1
                 continue
             except Exception as exc:  # a parser bug: the call still spent tokens, so record it
@@ -574,6 +578,7 @@ class ChatSession:
             attempts=attempt,
             reask=reask,
             started_at=started,
+            finish_reason=(getattr(message, "response_metadata", None) or {}).get("finish_reason"),
         ), message
 
     def _finish(self, record: CallRecord, bound: Any) -> None:

@@ -2,8 +2,9 @@
 
 ``FakeOpenAIServer`` serves ``POST /v1/chat/completions`` (plain JSON, or server-sent events when the
 request streams) from a queue of canned assistant texts, each with a ``usage`` block, on 127.0.0.1 at a
-free port. With ``api_key`` it answers 401, as OpenAI does, to a request without that key. Errors can
-be queued too (``error(429)``), so retries can be tested through the real
+free port. An answer may be cut off (``finish_reason="length"``) or call a tool with arguments sent as
+given, valid JSON or not (``tool_call``). With ``api_key`` it answers 401, as OpenAI does, to a request
+without that key. Errors can be queued too (``error(429)``), so retries can be tested through the real
 ``langchain-openai`` client. Every request body is kept in ``requests``::
 
     with FakeOpenAIServer() as server:
@@ -41,6 +42,8 @@ class Reply:
     completion_tokens: int | None = None  # None: answer characters / 4
     delay_s: float = 0.0  # wait before answering (for client timeouts)
     headers: dict[str, str] = field(default_factory=dict)
+    finish_reason: str = "stop"  # "length": an answer cut off at its token limit
+    tool_calls: list[tuple[str, str]] = field(default_factory=list)  # (name, arguments as sent: maybe not JSON)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -114,9 +117,13 @@ class _Handler(BaseHTTPRequestHandler):
         done = _completion(body, reply)
         self.server.fake.counted(body, done["usage"])
         base = {"id": done["id"], "object": "chat.completion.chunk", "created": done["created"], "model": done["model"]}
+        choice = done["choices"][0]
+        delta: dict[str, Any] = {"role": "assistant", "content": reply.text}
+        if "tool_calls" in choice["message"]:
+            delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(choice["message"]["tool_calls"])]
         chunks = [
-            {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": reply.text}}]},
-            {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+            {**base, "choices": [{"index": 0, "delta": delta}]},
+            {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]},
         ]
         if (body.get("stream_options") or {}).get("include_usage"):
             chunks.append({**base, "choices": [], "usage": done["usage"]})
@@ -146,6 +153,12 @@ def _prompt_chars(body: dict[str, Any]) -> int:
 def _completion(body: dict[str, Any], reply: Reply) -> dict[str, Any]:
     prompt_tokens = reply.prompt_tokens if reply.prompt_tokens is not None else _prompt_chars(body) // 4
     completion_tokens = reply.completion_tokens if reply.completion_tokens is not None else len(reply.text) // 4
+    message: dict[str, Any] = {"role": "assistant", "content": reply.text}
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {"id": f"call_{i}_{uuid.uuid4().hex[:6]}", "type": "function", "function": {"name": n, "arguments": a}}
+            for i, (n, a) in enumerate(reply.tool_calls)
+        ]
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
         "object": "chat.completion",
@@ -154,8 +167,8 @@ def _completion(body: dict[str, Any], reply: Reply) -> dict[str, Any]:
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": reply.text},
-                "finish_reason": "stop",
+                "message": message,
+                "finish_reason": "tool_calls" if reply.tool_calls else reply.finish_reason,
                 "logprobs": None,
             }
         ],
@@ -199,13 +212,35 @@ class FakeOpenAIServer:
     # -- queue
 
     def reply(
-        self, text: str, *, prompt_tokens: int | None = None, completion_tokens: int | None = None, delay_s: float = 0.0
+        self,
+        text: str,
+        *,
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+        delay_s: float = 0.0,
+        finish_reason: str = "stop",
     ) -> FakeOpenAIServer:
-        """Queue an assistant answer."""
+        """Queue an assistant answer (``finish_reason="length"``: one cut off at its token limit)."""
         with self._lock:
             self._queue.append(
-                Reply(text, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, delay_s=delay_s)
+                Reply(
+                    text,
+                    prompt_tokens=prompt_tokens,
+                    completion_tokens=completion_tokens,
+                    delay_s=delay_s,
+                    finish_reason=finish_reason,
+                )
             )
+        return self
+
+    def tool_call(
+        self, name: str, arguments: str, *, prompt_tokens: int | None = None, completion_tokens: int | None = None
+    ) -> FakeOpenAIServer:
+        """Queue an answer that calls tool ``name`` with ``arguments`` sent as they are (JSON or not)."""
+        with self._lock:
+            reply = Reply("", prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+            reply.tool_calls.append((name, arguments))
+            self._queue.append(reply)
         return self
 
     def error(self, status: int = 429, message: str = "", *, retry_after: float | None = None) -> FakeOpenAIServer:

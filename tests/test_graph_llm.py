@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -106,30 +107,119 @@ def test_parallel_coder_branches_each_keep_their_own_calls(tmp_path: Path) -> No
 PROSE = "I would rather describe the kernel than write it."
 
 
-def test_usage_per_role_is_what_the_server_counted_while_branches_ran_in_parallel(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def over_http(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: Callable[[FakeOpenAIServer], Any], **settings: Any
+) -> tuple[dict[str, Any], FakeOpenAIServer]:
+    """The graph with its model behind the real OpenAI client, talking to a fake server on 127.0.0.1 whose answers
+    ``script`` queues; the run's state, and the server with every request it received and what it billed."""
     for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    good = code(CANDIDATES / "softmax_cpu.py")
     with FakeOpenAIServer(models=("test-model",)) as server:
+        script(server)
+        chat_model = make_chat_model(parse_model("openai:test-model", base_url=server.url), timeout_s=30)
+        state, _ = run(tmp_path, [], model=chat_model, **settings)
+        assert server.pending == 0, "the run asked fewer questions than the script answers"
+    return state, server
+
+
+def llm_usage(state: dict[str, Any]) -> dict[str, tuple[int, int, int]]:
+    """Per role that called the model: (calls, input tokens, output tokens)."""
+    return {
+        r: (u["llm_calls"], u["input_tokens"], u["output_tokens"])
+        for r, u in state["usage"].items()
+        if "llm_calls" in u
+    }
+
+
+def test_usage_per_role_is_what_the_server_counted_while_branches_ran_in_parallel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good = code(CANDIDATES / "softmax_cpu.py")
+
+    def script(server: FakeOpenAIServer) -> None:
         server.reply(TWO_IDEAS, prompt_tokens=1000, completion_tokens=100)
         server.reply(good, prompt_tokens=2000, completion_tokens=300).reply(
             good, prompt_tokens=2000, completion_tokens=300
         )
         server.reply(REVIEW, prompt_tokens=4000, completion_tokens=50)
-        chat_model = make_chat_model(parse_model("openai:test-model", base_url=server.url), timeout_s=30)
-        state, _ = run(tmp_path, [], ideas=2, model=chat_model)
-        assert len(server.requests) == 4 and server.pending == 0
-    usage = {
-        r: (u["llm_calls"], u["input_tokens"], u["output_tokens"])
-        for r, u in state["usage"].items()
-        if "llm_calls" in u
-    }
+
+    state, server = over_http(tmp_path, monkeypatch, script, ideas=2)
+    assert len(server.requests) == 4
+    usage = llm_usage(state)
     assert set(usage) == {"planner", "coder", "critic"}
     assert usage["planner"] == (1, 1000, 100) and usage["critic"] == (1, 4000, 50)
     assert usage["coder"] == (2, 4000, 600)  # the server's count, where each branch once counted both
+
+
+def test_answers_cut_off_at_the_token_limit_cost_their_branch_only_and_are_billed_as_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good = code(CANDIDATES / "softmax_cpu.py")
+    cut = good[: len(good) // 2]  # the fence opened, never closed
+
+    def script(server: FakeOpenAIServer) -> None:
+        server.reply(TWO_IDEAS, prompt_tokens=1000, completion_tokens=100)
+        server.reply(good, prompt_tokens=2000, completion_tokens=300)
+        for _ in range(3):  # the other branch: cut off, and cut off again on both re-asks
+            server.reply(cut, prompt_tokens=2000, completion_tokens=4000, finish_reason="length")
+        server.reply(REVIEW, prompt_tokens=4000, completion_tokens=50)
+
+    state, server = over_http(tmp_path, monkeypatch, script, ideas=2)
+    (c,) = state["candidates"]
+    assert c["status"] == "ok" and c["verdict"] == "accepted"
+    (error,) = [m for m in state["messages"] if m["kind"] == "error"]
+    assert "no usable answer after 3 tries" in error["content"] and "cut off at its token limit" in error["content"]
+    reasks = [b["messages"][-1]["content"] for b in server.requests if b["messages"][-1]["role"] == "user"]
+    assert sum("cut off at its token limit" in r for r in reasks) == 2  # each re-ask said why
+    usage = llm_usage(state)
+    assert usage["planner"] == (1, 1000, 100) and usage["critic"] == (1, 4000, 50)
+    assert usage["coder"] == (4, 4 * 2000, 300 + 3 * 4000)  # the failed branch's three answers are paid for
+    assert state["stop_reason"] == "completed 1 rounds" and (tmp_path / "report.md").exists()
+
+
+def test_a_tool_call_whose_arguments_are_not_json_is_answered_with_the_error_and_the_coder_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good = code(CANDIDATES / "softmax_cpu.py")
+
+    def script(server: FakeOpenAIServer) -> None:
+        server.reply(IDEA, prompt_tokens=1000, completion_tokens=100)
+        server.tool_call(
+            "check_candidate", '{"source": "import torch\nclass ModelNew', prompt_tokens=2000, completion_tokens=40
+        )
+        server.reply(good, prompt_tokens=2500, completion_tokens=300)
+        server.reply(REVIEW, prompt_tokens=4000, completion_tokens=50)
+
+    state, server = over_http(tmp_path, monkeypatch, script)
+    (c,) = state["candidates"]
+    assert c["status"] == "ok" and c["verdict"] == "accepted"
+    answered = server.requests[2]["messages"][-1]  # what the model was sent back for its call
+    assert answered["role"] == "tool" and "the arguments of 'check_candidate' could not be read" in answered["content"]
+    results = [m["content"] for m in state["messages"] if m["kind"] == "tool_result" and m["role"] == "coder"]
+    assert any("could not be read" in r for r in results)
+    assert llm_usage(state)["coder"] == (2, 4500, 340) and state["usage"]["coder"]["tool_calls"] == 1
+    assert state["usage"]["coder"]["jobs"] == 1  # the coder's own check: the unreadable call ran nothing
+
+
+def test_a_200_kb_answer_is_parsed_billed_and_kept_out_of_later_prompts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = (CANDIDATES / "softmax_cpu.py").read_text()
+    verbose = "Let me reason about the memory traffic once more. " * 4000 + "\n\n" + code(CANDIDATES / "softmax_cpu.py")
+    assert len(verbose) > 200_000
+
+    def script(server: FakeOpenAIServer) -> None:
+        server.reply(IDEA, prompt_tokens=1000, completion_tokens=100)
+        server.reply(verbose, prompt_tokens=2000, completion_tokens=50_000)
+        server.reply(REVIEW, prompt_tokens=4000, completion_tokens=50)
+
+    state, server = over_http(tmp_path, monkeypatch, script)
+    (c,) = state["candidates"]
+    assert c["status"] == "ok" and c["source"] == source  # the file, without the prose around it
+    assert llm_usage(state)["coder"] == (1, 2000, 50_000)
+    critic = server.requests[-1]["messages"][-1]["content"]
+    assert "class ModelNew" in critic and "Let me reason" not in critic and len(critic) < 30_000
 
 
 def test_a_coder_branch_whose_model_fails_loses_its_idea_and_the_run_goes_on(tmp_path: Path) -> None:
