@@ -456,6 +456,14 @@ def test_prompt_snapshots() -> None:
     check_snapshot("critic", both(critic.prompts(PROBLEM, HISTORY, BEST, 1, 2, baseline)))
     strict = LLMCritic(session, device="cpu", policy="strict").prompts(PROBLEM, HISTORY, BEST, 1, 2)[0]
     check_snapshot("system_strict_cpu", strict)
+    # The CPU target's user prompts: its own worked example and hardware sheet.
+    cpu = {**baseline, "device": {"cpu": "AMD EPYC 9V74", "threads": "2", "cores": "2", "isa": "avx2 fma avx512f"}}
+    cpu["device"].update(l1d_bytes=str(32 << 10), l2_bytes=str(1 << 20), l3_bytes=str(32 << 20))
+    cpu["ceilings"] = {"copy_bytes_per_s": 2.1e10, "fp32_flops": 1.8e11}
+    cpu_error = "kernel.c:2: error: 'cols' undeclared"
+    check_snapshot("coder_cpu", coder.prompts(PROBLEM, "cpu", idea, CANDIDATE, None, baseline=cpu, parent=BEST)[1])
+    check_snapshot("repair_cpu", coder.prompts(PROBLEM, "cpu", idea, CANDIDATE, cpu_error, baseline=cpu)[1])
+    check_snapshot("critic_cpu", LLMCritic(session, device="cpu").prompts(PROBLEM, HISTORY, BEST, 1, 2, cpu)[1])
 
 
 def test_the_cpu_target_s_prompts_say_nothing_of_gpus() -> None:
