@@ -108,7 +108,11 @@ PROSE = "I would rather describe the kernel than write it."
 
 
 def over_http(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: Callable[[FakeOpenAIServer], Any], **settings: Any
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    script: Callable[[FakeOpenAIServer], Any],
+    timeout_s: float = 30,
+    **settings: Any,
 ) -> tuple[dict[str, Any], FakeOpenAIServer]:
     """The graph with its model behind the real OpenAI client, talking to a fake server on 127.0.0.1 whose answers
     ``script`` queues; the run's state, and the server with every request it received and what it billed."""
@@ -117,7 +121,7 @@ def over_http(
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     with FakeOpenAIServer(models=("test-model",)) as server:
         script(server)
-        chat_model = make_chat_model(parse_model("openai:test-model", base_url=server.url), timeout_s=30)
+        chat_model = make_chat_model(parse_model("openai:test-model", base_url=server.url), timeout_s=timeout_s)
         state, _ = run(tmp_path, [], model=chat_model, **settings)
         assert server.pending == 0, "the run asked fewer questions than the script answers"
     return state, server
@@ -200,6 +204,30 @@ def test_a_tool_call_whose_arguments_are_not_json_is_answered_with_the_error_and
     assert any("could not be read" in r for r in results)
     assert llm_usage(state)["coder"] == (2, 4500, 340) and state["usage"]["coder"]["tool_calls"] == 1
     assert state["usage"]["coder"]["jobs"] == 1  # the coder's own check: the unreadable call ran nothing
+
+
+def test_rate_limits_server_errors_and_slow_answers_are_retried_and_a_branch_past_its_retries_fails_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good = code(CANDIDATES / "softmax_cpu.py")
+
+    def script(server: FakeOpenAIServer) -> None:
+        server.error(429, "slow down", retry_after=0.2).reply(TWO_IDEAS, prompt_tokens=1000, completion_tokens=100)
+        server.reply(good, prompt_tokens=2000, completion_tokens=300)
+        for _ in range(4):  # the other branch: a 500 on every one of its four attempts
+            server.error(500, "upstream failed")
+        server.reply(REVIEW, delay_s=3.0).reply(REVIEW, prompt_tokens=4000, completion_tokens=50)  # slow, then fine
+
+    state, server = over_http(tmp_path, monkeypatch, script, timeout_s=1.5, ideas=2)
+    (c,) = state["candidates"]
+    assert c["status"] == "ok" and c["verdict"] == "accepted"
+    (error,) = [m for m in state["messages"] if m["kind"] == "error"]
+    assert "gave up after 4 attempts" in error["content"] and "upstream failed" in error["content"]
+    assert len(server.requests) == 2 + 1 + 4 + 2
+    # kforge's bill is the answers it received: the failed branch's record costs nothing, the retried calls once. The
+    # server also billed the critic's answer the client had stopped waiting for: a cost no client can see.
+    assert llm_usage(state) == {"planner": (1, 1000, 100), "coder": (2, 2000, 300), "critic": (1, 4000, 50)}
+    assert state["stop_reason"] == "completed 1 rounds" and (tmp_path / "report.md").exists()
 
 
 def test_a_200_kb_answer_is_parsed_billed_and_kept_out_of_later_prompts(
