@@ -19,7 +19,7 @@ from langgraph.types import Send
 
 from agents import registry
 from agents.answers import ParseError
-from agents.base import Role, RoleContext
+from agents.base import Candidate, Role, RoleContext
 from agents.coder import candidate_id
 from agents.llm import BudgetExceeded, LLMError
 from graphs.rundata import precision_text
@@ -28,6 +28,7 @@ from tools.evaluation import evaluate
 from tools.keys import redact
 
 log = structlog.get_logger(__name__)
+MODEL_FAILED = "model_failed"  # the status of a coder branch whose model gave no usable answer (_contained)
 Node = Callable[[dict[str, Any]], dict[str, Any]]
 
 
@@ -169,13 +170,28 @@ def wrap(name: str, fn: Callable[[dict[str, Any], RoleContext], dict[str, Any]],
 
 def _contained(name: str, state: dict[str, Any], exc: ParseError | LLMError, bound: Any) -> dict[str, Any]:
     """A model that failed for good (no usable answer after its re-asks, or a call failed past its retries) ends
-    only what it was asked for: a branch (one idea's coder) loses its idea and its siblings go on; any other role
+    only what it was asked for: a branch (one idea's coder) ends as a candidate without source (``MODEL_FAILED``, the
+    model's failure its reason) and its siblings go on; any other role
     ends the search, and ``finalize`` still writes the report and ``best/`` from what the run has."""
     if "idea" in state:
         bound.warning("branch_failed", reason=str(exc))
-        idea = state["idea"]
-        why = f"no candidate: the model failed ({exc})"
-        return {"messages": [message(name, "error", why, idea["round"], candidate_id(idea))]}
+        idea, cid = state["idea"], candidate_id(state["idea"])
+        why = f"the model failed: {exc}"
+        # A candidate without source, so that the history, the critic and the report all say what became of the idea.
+        failed = Candidate(
+            id=cid,
+            round=idea["round"],
+            idea_id=idea["id"],
+            parent_id=idea["parent_id"],
+            idea=idea["text"],
+            source="",
+            attempts=0,
+            status=MODEL_FAILED,
+            reason=why,
+            timing=None,
+        )
+        said = message(name, "error", f"no candidate: {why}", idea["round"], cid)
+        return {"candidates": [failed], "messages": [said]}
     bound.warning("role_failed", reason=str(exc))
     return {"stop_reason": f"{name} failed: {exc}"}
 

@@ -170,10 +170,8 @@ def test_answers_cut_off_at_the_token_limit_cost_their_branch_only_and_are_bille
         server.reply(REVIEW, prompt_tokens=4000, completion_tokens=50)
 
     state, server = over_http(tmp_path, monkeypatch, script, ideas=2)
-    (c,) = state["candidates"]
-    assert c["status"] == "ok" and c["verdict"] == "accepted"
-    (error,) = [m for m in state["messages"] if m["kind"] == "error"]
-    assert "no usable answer after 3 tries" in error["content"] and "cut off at its token limit" in error["content"]
+    _, failed = made_and_failed(state)
+    assert "no usable answer after 3 tries" in failed["reason"] and "cut off at its token limit" in failed["reason"]
     reasks = [b["messages"][-1]["content"] for b in server.requests if b["messages"][-1]["role"] == "user"]
     assert sum("cut off at its token limit" in r for r in reasks) == 2  # each re-ask said why
     usage = llm_usage(state)
@@ -219,10 +217,8 @@ def test_rate_limits_server_errors_and_slow_answers_are_retried_and_a_branch_pas
         server.reply(REVIEW, delay_s=3.0).reply(REVIEW, prompt_tokens=4000, completion_tokens=50)  # slow, then fine
 
     state, server = over_http(tmp_path, monkeypatch, script, timeout_s=1.5, ideas=2)
-    (c,) = state["candidates"]
-    assert c["status"] == "ok" and c["verdict"] == "accepted"
-    (error,) = [m for m in state["messages"] if m["kind"] == "error"]
-    assert "gave up after 4 attempts" in error["content"] and "upstream failed" in error["content"]
+    _, failed = made_and_failed(state)
+    assert "gave up after 4 attempts" in failed["reason"] and "upstream failed" in failed["reason"]
     assert len(server.requests) == 2 + 1 + 4 + 2
     # kforge's bill is the answers it received: the failed branch's record costs nothing, the retried calls once. The
     # server also billed the critic's answer the client had stopped waiting for: a cost no client can see.
@@ -250,17 +246,40 @@ def test_a_200_kb_answer_is_parsed_billed_and_kept_out_of_later_prompts(
     assert "class ModelNew" in critic and "Let me reason" not in critic and len(critic) < 30_000
 
 
-def test_a_coder_branch_whose_model_fails_loses_its_idea_and_the_run_goes_on(tmp_path: Path) -> None:
-    good = code(CANDIDATES / "softmax_cpu.py")
-    # Whichever branch is answered in prose first is re-asked twice more, in prose again: it fails, its sibling not.
-    state, _ = run(tmp_path, [TWO_IDEAS, good, PROSE, PROSE, PROSE, REVIEW], ideas=2)
-    (c,) = state["candidates"]
-    assert c["status"] == "ok" and c["verdict"] == "accepted"
+def made_and_failed(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The round's two candidates: the one made, accepted, and the one whose model failed, a candidate without source
+    that the critic rejected with the model's failure as its reason."""
+    by_status = {c["status"]: c for c in state["candidates"]}
+    assert sorted(by_status) == ["model_failed", "ok"], [(c["id"], c["status"]) for c in state["candidates"]]
+    made, failed = by_status["ok"], by_status["model_failed"]
+    assert made["verdict"] == "accepted" and made["id"] != failed["id"]
+    assert failed["verdict"] == "rejected" and not failed["source"] and failed["idea"]
+    assert failed["critic_reason"].startswith("model_failed: the model failed: coder: ")
     (error,) = [m for m in state["messages"] if m["kind"] == "error"]
-    assert error["candidate_id"] != c["id"] and "no usable answer after 3 tries" in error["content"]
-    assert state["usage"]["coder"]["llm_calls"] == 4  # the failed branch's three tries are still accounted
+    assert error["candidate_id"] == failed["id"] and error["content"] == f"no candidate: {failed['reason']}"
+    return made, failed
+
+
+def test_a_coder_branch_whose_model_answers_in_prose_fails_alone_and_the_run_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good = code(CANDIDATES / "softmax_cpu.py")
+
+    def script(server: FakeOpenAIServer) -> None:
+        server.reply(TWO_IDEAS, prompt_tokens=1000, completion_tokens=100)
+        server.reply(good, prompt_tokens=2000, completion_tokens=300)
+        for _ in range(3):  # whichever branch is answered in prose first is re-asked twice more, in prose again
+            server.reply(PROSE, prompt_tokens=2000, completion_tokens=20)
+        server.reply(REVIEW, prompt_tokens=4000, completion_tokens=50)
+
+    state, _ = over_http(tmp_path, monkeypatch, script, ideas=2)
+    _, failed = made_and_failed(state)
+    assert "no usable answer after 3 tries" in failed["reason"]
+    # The failed branch's three tries are paid for and accounted.
+    assert llm_usage(state) == {"planner": (1, 1000, 100), "coder": (4, 8000, 360), "critic": (1, 4000, 50)}
     assert state["stop_reason"] == "completed 1 rounds"
     assert (tmp_path / "report.md").exists() and (tmp_path / "best" / "README.md").exists()
+    assert "model_failed" in (tmp_path / "report.md").read_text()
 
 
 def test_a_repair_the_model_fails_leaves_the_attempt_already_checked(tmp_path: Path) -> None:
