@@ -116,7 +116,22 @@ class LocalSandboxConfig(JobLimits):
     contain_cuda: bool = Field(
         False, description="contain CUDA jobs too (off until verified on a GPU machine: bench/RESULTS.md)"
     )
+    disk: str = Field(
+        "4g",
+        description="what a contained job may write, in docker's units: a job that runs candidate code gets a scratch "
+        "folder of this size (a tmpfs of its own, in memory), and no file any contained job writes, its output "
+        "included, may grow past it",
+    )
     output_tail_bytes: int = 4096
+
+    @field_validator("disk")
+    @classmethod
+    def _disk_size(cls, value: str) -> str:
+        parse_size(value)
+        return value
+
+    def disk_bytes(self) -> int:
+        return parse_size(self.disk)
 
 
 class DockerSandboxConfig(JobLimits):

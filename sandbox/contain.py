@@ -14,6 +14,9 @@ root:
 
 A job that will run candidate code (``REQUEST`` is ``"candidate"``) also gets, before any of the job is read:
 
+- **a disk limit**: its scratch folder, the one place it may write, is a tmpfs of the configured size
+  (``LocalSandboxConfig.disk``) holding what the folder held; a write past it fails with ENOSPC, and nothing the job
+  writes reaches the host's disk;
 - **read-only files** but its scratch folder: every other mount is remounted read-only in its namespace (the
   project, other runs, the shared caches), and the kernel then locks those flags: the job continues in a nested user
   and mount namespace, where a mount inherited from its parent cannot be made writable again, and no program it
@@ -66,13 +69,14 @@ _KEPT_FLAGS = {
 SHM_SIZE = "256m"  # the job's /dev/shm; scratch files belong in its scratch folder
 PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 4, 38
 REQUEST = "KFORGE_CONTAIN"  # "1": the worker contains itself first (sandbox.worker.main); "candidate": and locks
-LIMITS = "KFORGE_LIMITS"  # "<tasks>,<bytes>": the job's process and (0: none) memory limits
+LIMITS = "KFORGE_LIMITS"  # "<tasks>,<bytes>,<bytes>": the job's process, memory and disk limits (0: none)
 ENV = "KFORGE_CONTAINMENT"  # what enter() gave the job: "pid,mount,network,ipc", or "off: <why>"
 LIMITED = "KFORGE_LIMITED"  # the limits enter() set: "tasks<=512,data<=12.0GiB", or "off: <why>"
 NAMESPACES = "pid,mount,network,ipc"
 LOCKED = "read-only but scratch,own /dev,unprivileged"
 # Where compilers a candidate may call keep their caches: in its scratch folder, for a candidate's job.
 CACHES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "CUPY_CACHE_DIR", "TORCH_EXTENSIONS_DIR")
+BACKEND_FILES = ("stdout.txt", "stderr.txt")  # in a scratch folder: the backend's, written through descriptors
 NOBODY = 65534  # the user a candidate's job started by root runs as: the overflow id, which owns no file
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -152,11 +156,14 @@ def _within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def _read_only_but(scratch: str) -> None:
-    """Every mount read-only in this namespace but ``scratch``, which gets a writable mount of its own. The host's
-    /tmp stays in view, read-only like the rest: a virtual environment or a checkout may live there, and the job's
-    ``$TMPDIR`` is in its scratch folder."""
-    _mount(scratch, scratch, None, MS_BIND | MS_REC)
+def _read_only_but(scratch: str, disk: int) -> None:
+    """Every mount read-only in this namespace but ``scratch``, which gets a writable mount of its own: a tmpfs of
+    ``disk`` bytes (``_capped``; 0: the folder itself, bound writable). The host's /tmp stays in view, read-only like
+    the rest: a virtual environment or a checkout may live there, and the job's ``$TMPDIR`` is in its scratch folder."""
+    if disk:
+        _capped(scratch, disk)
+    else:
+        _mount(scratch, scratch, None, MS_BIND | MS_REC)
     for point, flags in _mount_points():
         if _within(point, "/proc") or _within(point, scratch):
             continue  # /proc is replaced below; scratch stays writable
@@ -165,6 +172,26 @@ def _read_only_but(scratch: str) -> None:
         except ContainmentError as exc:
             if exc.errno not in (errno.ENOENT, errno.EACCES):  # a mount point it cannot reach is not a file it can
                 raise
+
+
+def _capped(scratch: str, disk: int) -> None:
+    """``scratch`` as a tmpfs of ``disk`` bytes holding what the folder held (the job's file, its empty ``$TMPDIR``):
+    whatever the job writes, compilers' caches included, lives there, and a write past ``disk`` fails with ENOSPC
+    instead of filling the host's disk. Gone with the namespace; the host reads nothing the job wrote there (its
+    output goes to descriptors the backend opened). The process moves into the new mount: its working folder was the
+    one now covered."""
+    held = os.open(scratch, os.O_PATH | os.O_DIRECTORY)
+    try:
+        _mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, f"size={disk},mode=0700")
+        source = f"/proc/self/fd/{held}"
+        for name in os.listdir(source):
+            if os.path.isdir(f"{source}/{name}"):
+                shutil.copytree(f"{source}/{name}", f"{scratch}/{name}", symlinks=True)
+            elif os.path.isfile(f"{source}/{name}") and name not in BACKEND_FILES:
+                shutil.copy2(f"{source}/{name}", f"{scratch}/{name}")
+    finally:
+        os.close(held)
+    os.chdir(scratch)
 
 
 def _lock() -> None:
@@ -274,7 +301,7 @@ def _inside(candidate: bool) -> str:
     try:
         _mount("none", "/", None, MS_REC | MS_PRIVATE)
         if candidate:
-            _read_only_but(scratch)
+            _read_only_but(scratch, _disk_limit())
             _own_dev()
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         if os.path.isdir("/dev/shm"):
@@ -293,15 +320,25 @@ def _inside(candidate: bool) -> str:
     return f"{NAMESPACES},{LOCKED}"
 
 
+def _disk_limit() -> int:
+    """The scratch size ``LIMITS`` asks for, in bytes; 0 where none is given."""
+    fields = os.environ.get(LIMITS, "").split(",")
+    return int(fields[2]) if len(fields) > 2 else 0
+
+
 def _limit(spec: str, nested: bool) -> str:
     """Set the hard limits ``spec`` asks for (``LIMITS``); what was set. ``nested``: this process is alone in a user
     namespace of its own (``_lock`` made it), where ``RLIMIT_NPROC`` counts the job's tasks alone; elsewhere it would
-    count every process of its user on the host, and is left as it is."""
-    tasks, memory = (int(x) for x in spec.split(","))
+    count every process of its user on the host, and is left as it is. The disk limit is the scratch folder's size
+    (``_capped``); the size of the files the candidate's process writes, its output included, is bounded where it runs
+    (``sandbox.candidate.limit_output``: the judge's own shared-memory files may be larger)."""
+    tasks, memory, disk = (int(x) for x in spec.split(","))
     done = []
     if nested:
         resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
         done.append(f"tasks<={tasks}")
+        if disk:  # the locked job's scratch is the tmpfs of that size
+            done.append(f"scratch<={disk / (1 << 30):.1f}GiB")
     if memory:
         resource.setrlimit(resource.RLIMIT_DATA, (memory, memory))
         done.append(f"data<={memory / (1 << 30):.1f}GiB")

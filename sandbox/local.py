@@ -182,7 +182,7 @@ class LocalSandbox:
                     runs_candidate = getattr(job, "candidate_source", None) is not None
                     env[contain.REQUEST] = "candidate" if runs_candidate else "1"
                     memory = self.config.memory_bytes() if job.device == "cpu" else 0  # CUDA maps far more than it uses
-                    env[contain.LIMITS] = f"{self.config.pids},{memory}"
+                    env[contain.LIMITS] = f"{self.config.pids},{memory},{self.config.disk_bytes()}"
                 proc = self._launch(job, scratch, fds, job_path, env)
             finally:
                 os.close(key_r)

@@ -156,7 +156,7 @@ def kforge(tmp_path: Path, *args: str, **extra: str) -> subprocess.CompletedProc
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
-LLM_RUN = ("--device", "cpu", "--rounds", "1", "--ideas", "1", "--repairs", "0", "--no-compile")
+LLM_RUN = ("--device", "cpu", "--rounds", "1", "--ideas", "1", "--repairs", "0", "--no-compile", "--no-seed-builtin")
 
 
 def test_a_run_authenticates_and_its_candidate_never_reads_the_key(tmp_path: Path) -> None:

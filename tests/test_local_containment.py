@@ -161,8 +161,8 @@ def test_a_job_the_config_leaves_uncontained_reports_no_containment() -> None:
 
 
 LIMITED = {
-    "prefork": LocalSandbox(LocalSandboxConfig(prefork=True, pids=64, memory="2g")),
-    "subprocess": LocalSandbox(LocalSandboxConfig(prefork=False, pids=64, memory="2g")),
+    "prefork": LocalSandbox(LocalSandboxConfig(prefork=True, pids=64, memory="2g", disk="96m")),
+    "subprocess": LocalSandbox(LocalSandboxConfig(prefork=False, pids=64, memory="2g", disk="96m")),
 }
 
 
@@ -183,6 +183,20 @@ def test_memory_past_a_cpu_job_s_limit_is_refused(way: str) -> None:
     assert held is not None, result.stdout_tail + result.stderr_tail
     assert held.group(2) == "out of memory" and 0 < int(held.group(1)) < 2048, held.group(0)
     assert "data<=2.0GiB" in result.environment.get("limits", ""), result.environment
+
+
+@pytest.mark.parametrize("way", sorted(LIMITED))
+def test_writes_past_a_job_s_disk_limit_fail_and_leave_the_host_s_disk_alone(way: str) -> None:
+    before = shutil.disk_usage(tempfile.gettempdir()).free
+    result = run(LIMITED[way], "disk_filler.py")
+    filled = re.search(r"DISK wrote (\d+) MiB, then (.+)", result.stdout_tail)
+    grown = re.search(r"FILE grew to (\d+) MiB, then (.+)", result.stdout_tail)
+    assert filled is not None and grown is not None, result.stdout_tail + result.stderr_tail
+    assert filled.group(2) == "No space left on device" and 0 < int(filled.group(1)) <= 96, filled.group(0)
+    assert grown.group(2) in ("File too large", "No space left on device") and int(grown.group(1)) <= 96, grown.group(0)
+    assert "scratch<=0.1GiB" in result.environment.get("limits", ""), result.environment
+    assert result.status == "rejected", result.reason  # it ran to the end, and the watch saw it write files
+    assert shutil.disk_usage(tempfile.gettempdir()).free > before - (64 << 20)  # its 96 MiB went nowhere on the host
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a job started by another user runs as that user: it reads its own")

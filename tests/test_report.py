@@ -102,7 +102,8 @@ def _llm_run(root: Path) -> None:
         env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
         out = kforge(
             *("run", "softmax_small", "--device", "cpu", "--rounds", "2", "--ideas", "1", "--repairs", "1"),
-            *("--no-compile", "--model", "openai:test-model", "--base-url", server.url, "--runs-dir", str(root)),
+            *("--no-compile", "--no-seed-builtin", "--model", "openai:test-model", "--base-url", server.url),
+            *("--runs-dir", str(root)),
             env=env,
         )
         assert out.returncode == 0, out.stdout + out.stderr
