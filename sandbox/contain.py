@@ -47,6 +47,7 @@ import shutil
 import signal
 import sys
 import tempfile
+from collections.abc import Callable
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
@@ -377,22 +378,33 @@ def enter(candidate: bool = False) -> str:
     return state
 
 
-def probe() -> str:
-    """What a candidate's job would get on this machine: ``NAMESPACES`` and ``LOCKED``, or what is off and why.
-    Tried in a child process (from a scratch folder of its own), so this one stays as it is."""
-    scratch = tempfile.mkdtemp(prefix="kforge-probe-")
+def in_child(fn: Callable[[], str]) -> str:
+    """What ``fn`` says when run in a forked child, so that what it changes for good (namespaces, a seccomp filter)
+    leaves this process as it is; "" where the child ended without a word."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: contained (or not), it says what it got; its waiter closes its copy of the pipe
+    if pid == 0:  # the child says what it got; a waiter of enter's closes its own copy of the pipe
         os.close(read_fd)
         try:
-            os.chdir(scratch)
-            os.write(write_fd, enter(candidate=True).encode())
+            os.write(write_fd, fn().encode())
         finally:
             os._exit(0)
     os.close(write_fd)
     with os.fdopen(read_fd, "rb") as pipe:
         said = pipe.read().decode()
     os.waitpid(pid, 0)
+    return said
+
+
+def probe() -> str:
+    """What a candidate's job would get on this machine: ``NAMESPACES`` and ``LOCKED``, or what is off and why.
+    Tried in a child process (from a scratch folder of its own), so this one stays as it is."""
+    scratch = tempfile.mkdtemp(prefix="kforge-probe-")
+
+    def contained() -> str:
+        os.chdir(scratch)
+        return enter(candidate=True)
+
+    said = in_child(contained)
     shutil.rmtree(scratch)
     return said or "off: the probe ended without an answer"

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from pydantic import ValidationError
 
-from sandbox import shared
+from sandbox import seccomp, shared
 from sandbox.candidate import CandidateSide, Memory, limit_output
 from sandbox.failures import JobFailed, candidate_code, describe
 from sandbox.protocol import RuntimeFinding
@@ -45,6 +45,7 @@ MIN_MS = 1e-4  # a call through the runner timed at under its round trip counts 
 PINGS = 200  # round trips timed before any candidate code exists: what a call through the socket costs by itself
 _perf_counter = time.perf_counter
 _PR_SET_DUMPABLE, _PR_SET_PDEATHSIG = 4, 1
+RUNNER_FAILED = 70  # the runner's exit code when it could not serve (its traceback is in the job's stderr)
 
 
 # ------------------------------------------------------------------------------------------------- the runner
@@ -204,6 +205,7 @@ def _run_server(sock: socket.socket, verdict_on_stdout: bool) -> None:
     os.setpgid(0, 0)  # its own group, which the judge stops and continues as one
     ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # out of the job's group: ends with the judge
     _drop_capabilities()
+    seccomp.install()  # the group stays whole from here on: nothing of the candidate's can leave it (sandbox.seccomp)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     limit_output()
     _Server(sock).serve()
@@ -250,10 +252,15 @@ class Runner:
         pid = os.fork()
         if pid == 0:
             judge_end.close()
+            code = 0
             try:
                 _run_server(runner_end, verdict_on_stdout)
+            except BaseException:  # into the job's stderr: the judge reports the runner's exit, this says why
+                traceback.print_exc()
+                code = RUNNER_FAILED
             finally:
-                os._exit(0)
+                sys.stderr.flush()
+                os._exit(code)
         runner_end.close()
         # The runner is this process's copy, same user: undumpable, this process's memory and /proc files are out of
         # its reach (no ptrace, no /proc/<pid>/mem).

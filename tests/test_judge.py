@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sandbox import shared
+from sandbox import contain, seccomp, shared
 from sandbox.local import LocalSandbox
 from sandbox.protocol import EvalJob, JobResult, TimingConfig
 from tests.conftest import CANDIDATES, FIXTURES, PROBLEMS
@@ -56,6 +56,32 @@ def test_a_correct_candidate_is_checked_and_timed_through_the_runner() -> None:
     assert result.environment["candidate_process"].startswith("its own (the runner")
     assert result.memory is not None and result.memory.peak_bytes > 0
     assert int(result.environment["cores"]) >= 1  # the hardware sheet's facts (agents.hardware), from the judge
+
+
+def test_nothing_of_the_candidate_s_leaves_the_group_the_judge_stops_or_traces_another_process() -> None:
+    """A child of the runner that calls setsid would run on while the judge times the reference (the judge stops the
+    runner's process group); the runner's seccomp filter (sandbox.seccomp) refuses it, setpgid and ptrace."""
+    result = run(FIXTURES / "judge" / "group_escape.py")
+    said = "SETSID refused: Operation not permitted; SETPGID refused: Operation not permitted; PTRACE refused: "
+    assert said + "Operation not permitted" in result.stdout_tail, result.stdout_tail + result.stderr_tail
+    assert result.environment["candidate_process"].startswith("its own (the runner")
+
+
+def test_the_filter_refuses_what_it_names_on_this_machine_and_allows_the_rest() -> None:
+    """In a forked child, the filter installed: the refused calls fail with EPERM, an ordinary one works."""
+
+    def filtered() -> str:
+        seccomp.install()
+        said = []
+        for name, call in (("setsid", os.setsid), ("setpgid", lambda: os.setpgid(0, 0))):
+            try:
+                call()
+                said.append(f"{name} allowed")
+            except PermissionError:
+                said.append(f"{name} refused")
+        return ", ".join([*said, f"getpid {'works' if os.getpid() > 0 else 'fails'}"])
+
+    assert contain.in_child(filtered) == "setsid refused, setpgid refused, getpid works"
 
 
 def test_the_judge_s_memory_and_environment_are_out_of_the_candidate_s_reach() -> None:
