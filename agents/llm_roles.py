@@ -54,7 +54,11 @@ def system_prompt(device: str, policy: str = "relaxed") -> str:
     if policy not in ("relaxed", "strict"):
         raise ValueError(f"unknown tolerance policy {policy!r} (relaxed or strict)")
     rules = render_prompt(f"policy_{policy}").rstrip("\n")
-    return render_prompt("system", target_rules=target_rules(device), policy_rules=rules).rstrip() + "\n"
+    return (
+        render_prompt("system", target_rules=target_rules(device), policy_rules=rules, example=worked_example(device))
+        .rstrip()
+        + "\n"
+    )
 
 
 def _clip(text: Any, limit: int = MAX_LINE_CHARS) -> str:
@@ -329,7 +333,6 @@ class LLMCoder:
             user = render_prompt(
                 "coder",
                 **common,
-                example=worked_example(device),
                 expected_gain=str(idea.get("expected_gain", "")).strip() or "-",
                 implementation=implementation_note(idea),
                 parent_section=section,
