@@ -55,8 +55,9 @@ def system_prompt(device: str, policy: str = "relaxed") -> str:
         raise ValueError(f"unknown tolerance policy {policy!r} (relaxed or strict)")
     rules = render_prompt(f"policy_{policy}").rstrip("\n")
     return (
-        render_prompt("system", target_rules=target_rules(device), policy_rules=rules, example=worked_example(device))
-        .rstrip()
+        render_prompt(
+            "system", target_rules=target_rules(device), policy_rules=rules, example=worked_example(device)
+        ).rstrip()
         + "\n"
     )
 

@@ -18,7 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sandbox.config import DockerSandboxConfig, LocalSandboxConfig, make_sandbox  # noqa: E402
+from sandbox.backends import make_sandbox  # noqa: E402
+from sandbox.config import DockerSandboxConfig, LocalSandboxConfig  # noqa: E402
 from sandbox.protocol import EvalJob, TimingConfig  # noqa: E402
 
 

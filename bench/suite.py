@@ -41,7 +41,7 @@ from graphs.batch.table import best_cell, device_name, mib, precision_notes, x  
 from graphs.cli import add_sandbox_options, add_timing_mode, sandbox_config, say  # noqa: E402
 from graphs.config import Budgets, RunConfig  # noqa: E402
 from graphs.logs import configure_logging  # noqa: E402
-from sandbox.config import job_machine  # noqa: E402
+from sandbox.backends import job_machine  # noqa: E402
 from sandbox.protocol import TimingConfig  # noqa: E402
 from tools.errors import KernelforgeError  # noqa: E402
 

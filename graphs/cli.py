@@ -24,31 +24,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from graphs.cli_options import add_sandbox_options, resolve_problem, sandbox_config
 from graphs.cli_profile import add_parser as add_profile_parser
 from graphs.logs import configure_logging
 from tools import keys
-from tools.errors import ConfigError, KernelforgeError, ProblemError
+from tools.errors import ConfigError, KernelforgeError
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-PROBLEMS_DIR = PROJECT_ROOT / "problems"
 PROVIDER_KEYS = ("OPENAI_API_KEY", "GOOGLE_API_KEY", "GEMINI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL")
 EXIT_OK, EXIT_REJECTED = 0, 1
 DEMO_PROBLEM = {"cuda": "softmax_4096x65536", "cpu": "softmax_small"}
-RAY_ADDRESS_HELP = "with --sandbox ray: the cluster's head, host:port (default: $RAY_ADDRESS, else a local Ray)"
 VERBOSE_HELP = "log progress and show tracebacks"
-GPUS_HELP = "GPUs CUDA jobs are spread over, indices or UUIDs, e.g. 0,1 (default: every visible one, of one model)"
-
-
-def resolve_problem(arg: str) -> Path:
-    """A path, or the name of a built-in problem (``softmax_small`` → problems/softmax_small.py)."""
-    path = Path(arg)
-    if path.exists():
-        return path
-    builtin = PROBLEMS_DIR / f"{arg.removesuffix('.py')}.py"
-    if builtin.exists():
-        return builtin
-    known = ", ".join(sorted(p.stem for p in PROBLEMS_DIR.glob("*.py") if not p.stem.startswith("_")))
-    raise ProblemError(f"{arg}: no such file and no built-in problem of that name (built-in: {known})")
 
 
 # ----------------------------------------------------------------------------------------- output
@@ -145,34 +130,9 @@ def render(evaluation) -> str:
 
 if TYPE_CHECKING:
     from graphs.config import RunConfig
-    from sandbox.config import AnySandboxConfig
     from sandbox.protocol import TimingConfig
 
 # ---------------------------------------------------------------------------------------- commands
-
-
-def add_sandbox_options(parser: argparse.ArgumentParser) -> None:
-    """--sandbox and the options of its backends, the same for every command that runs jobs."""
-    parser.add_argument("--sandbox", default="local", choices=["local", "docker", "ray"])
-    parser.add_argument("--ray-address", default=None, help=RAY_ADDRESS_HELP)
-    parser.add_argument("--gpus", default=None, help=GPUS_HELP)
-
-
-def sandbox_config(args: argparse.Namespace) -> AnySandboxConfig:
-    """The backend configuration the options of ``add_sandbox_options`` ask for."""
-    from sandbox.config import DockerSandboxConfig, LocalSandboxConfig, RaySandboxConfig
-
-    name, ray_address, gpus = args.sandbox, args.ray_address, args.gpus
-    if ray_address and name != "ray":
-        raise ConfigError("--ray-address needs --sandbox ray")
-    if name == "ray":
-        if gpus:
-            raise ConfigError("--gpus is for the local and docker backends: on Ray, the cluster places each job")
-        return RaySandboxConfig(address=ray_address)
-    pool = [g.strip() for g in gpus.split(",")] if gpus else None
-    if pool is not None and not all(pool):
-        raise ConfigError(f"--gpus {gpus!r}: give GPU indices or UUIDs separated by commas, e.g. 0,1")
-    return DockerSandboxConfig(gpus=pool) if name == "docker" else LocalSandboxConfig(gpus=pool)
 
 
 def cmd_sandbox(args: argparse.Namespace) -> int:
@@ -193,7 +153,7 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from sandbox.config import job_machine, make_sandbox
+    from sandbox.backends import job_machine, make_sandbox
     from sandbox.devices import WAIT_NOTICE_S
     from tools.evaluation import evaluate, read_candidate
     from tools.problem import load_problem
@@ -290,7 +250,7 @@ def run_config(args: argparse.Namespace, **fields: Any) -> RunConfig:
     from pydantic import ValidationError
 
     from graphs.config import RunConfig
-    from sandbox.config import job_machine
+    from sandbox.backends import job_machine
 
     sandbox = sandbox_config(args)
     try:

@@ -23,7 +23,7 @@ CONTENDERS = ("eager", "compile", "candidate")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    from graphs.cli import add_sandbox_options
+    from graphs.cli_options import add_sandbox_options
 
     parser = sub.add_parser(
         "profile", help="profile one call of a candidate and the reference under Nsight Compute, kernel by kernel"
@@ -65,7 +65,7 @@ def _contenders(text: str | None, has_candidate: bool) -> list[str]:
 
 def _target(args: argparse.Namespace) -> tuple[Problem, str | None, str, Path | None]:
     """(problem, candidate source, candidate name, where the profile is saved) from either form."""
-    from graphs.cli import resolve_problem
+    from graphs.cli_options import resolve_problem
     from tools.evaluation import read_candidate
     from tools.problem import load_problem
 
@@ -95,8 +95,8 @@ def _target(args: argparse.Namespace) -> tuple[Problem, str | None, str, Path | 
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from graphs.cli import sandbox_config
-    from sandbox.config import job_machine, make_sandbox
+    from graphs.cli_options import sandbox_config
+    from sandbox.backends import job_machine, make_sandbox
     from tools import ncu
     from tools.device import cuda_available
     from tools.evaluation import profile_job

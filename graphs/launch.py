@@ -16,7 +16,7 @@ from agents.base import RoleContext
 from graphs.builder import build_graph
 from graphs.config import RunConfig
 from graphs.runs import RunPaths, checkpointer, clear_failure, load_state, record_failure, thread_config
-from sandbox.config import job_memory_bytes, make_sandbox
+from sandbox.backends import job_memory_bytes, make_sandbox
 from tools.problem import load_problem
 
 log = structlog.get_logger(__name__)

@@ -22,7 +22,8 @@ from graphs.builder import build_graph
 from graphs.config import RunConfig
 from graphs.launch import make_context
 from graphs.runs import RunPaths, runs_root
-from sandbox.config import LocalSandboxConfig, Sandbox, make_sandbox
+from sandbox.backends import make_sandbox
+from sandbox.config import LocalSandboxConfig, Sandbox
 from tools.device import resolve_device
 
 SETTINGS = ("problem", "device", "model", "base_url", "policy", "rounds", "ideas")
@@ -30,7 +31,7 @@ DEFAULTS = {"problem": "softmax_small", "device": "auto", "model": "builtin", "r
 
 
 def studio_config(configurable: dict[str, Any]) -> RunConfig:
-    from graphs.cli import resolve_problem
+    from graphs.cli_options import resolve_problem
 
     values = {k: os.environ.get(f"KFORGE_STUDIO_{k.upper()}", DEFAULTS.get(k)) for k in SETTINGS}
     values |= {k: configurable[k] for k in SETTINGS if configurable.get(k) is not None}

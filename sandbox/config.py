@@ -1,7 +1,6 @@
 """Sandbox backends' configuration: one pydantic class per backend, told apart by ``type``.
 
-``make_sandbox`` imports a backend's module only when it is asked for, so a machine without the
-docker SDK or engine, or without Ray, can still use the local backend.
+The backends import their config classes from here; ``sandbox.backends`` builds a backend from its config.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ from typing import Annotated, Literal, Protocol
 from pydantic import BaseModel, Field, field_validator
 
 from sandbox.protocol import AnyJob, JobResult
-from tools.errors import ConfigError
 
 # Variables a worker may inherit; everything else (API keys, tokens, cloud credentials) is dropped.
 DEFAULT_ENV_ALLOW = (
@@ -189,55 +187,3 @@ class Sandbox(Protocol):
     def run(self, job: AnyJob) -> JobResult:
         """Run one job; a candidate's failure is a status in the result, never an exception."""
         ...
-
-
-def job_machine(config: AnySandboxConfig, device: str) -> tuple[str, int]:
-    """The device jobs run on ('auto' resolved) and the memory one job may use, where this sandbox runs them.
-
-    The local and docker backends run jobs on this machine; the Ray backend asks its cluster, so a machine
-    without a GPU can drive a cluster that has them. A bad or impossible choice is a one-line error.
-    """
-    if config.type == "ray":
-        from sandbox.ray import cluster_machine
-
-        return cluster_machine(config, device)
-    from tools.device import device_memory_bytes, resolve_device
-
-    resolved = resolve_device(device)
-    return resolved, _within_container(config, resolved, device_memory_bytes(resolved))
-
-
-def _within_container(config: AnySandboxConfig, device: str, available: int) -> int:
-    """A CPU job in a docker container, or contained by the local backend, has that memory limit, not the whole
-    host's RAM."""
-    if device == "cpu" and (config.type == "docker" or (config.type == "local" and config.contain)):
-        return min(available, config.memory_bytes())
-    return available
-
-
-def job_memory_bytes(config: AnySandboxConfig, device: str) -> int:
-    """The memory one job on ``device`` (already resolved) may use, where this sandbox runs jobs."""
-    if config.type == "ray":
-        from sandbox.ray import cluster_machine
-
-        return cluster_machine(config, device)[1]
-    from tools.device import device_memory_bytes
-
-    return _within_container(config, device, device_memory_bytes(device))
-
-
-def make_sandbox(config: AnySandboxConfig | None = None) -> Sandbox:
-    config = config or LocalSandboxConfig()
-    if config.type == "local":
-        from sandbox.local import LocalSandbox
-
-        return LocalSandbox(config)
-    if config.type == "docker":
-        from sandbox.docker import DockerSandbox
-
-        return DockerSandbox(config)
-    if config.type == "ray":
-        from sandbox.ray import RaySandbox  # raises EnvironmentProblem, one line, without Ray installed
-
-        return RaySandbox(config)
-    raise ConfigError(f"unknown sandbox type {config.type!r}")

@@ -163,7 +163,8 @@ def test_a_driver_without_a_gpu_asks_the_cluster_for_one(cluster: LocalRayCluste
 
 
 def test_auto_picks_the_clusters_device_and_its_memory(cluster: LocalRayCluster) -> None:
-    from sandbox.config import RaySandboxConfig, job_machine
+    from sandbox.backends import job_machine
+    from sandbox.config import RaySandboxConfig
 
     device, memory = job_machine(RaySandboxConfig(address=cluster.address), "auto")
     assert device == "cpu" and memory > 0  # the workers offer CPUs and memory, no GPU

@@ -14,8 +14,9 @@ coder calls ``render`` to turn one into a candidate file; both work from the tem
 from __future__ import annotations
 
 from agents.builtin.catalog import TEMPLATES, describe, render, templates_for
-from agents.builtin.recognise import FAMILIES, Shape, analyse, recognise
+from agents.builtin.recognise import FAMILIES, analyse, recognise
 from agents.builtin.search import IdeaSpec, propose
+from agents.builtin.shape import Shape
 
 __all__ = [
     "FAMILIES",

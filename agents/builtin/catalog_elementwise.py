@@ -15,9 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from agents.builtin import templates_matmul_bf16x3, templates_matmul_wgmma
-from agents.builtin.catalog import Param, Params, Template
 from agents.builtin.pointwise import load
-from agents.builtin.recognise import Shape
+from agents.builtin.shape import Shape
+from agents.builtin.template import Param, Params, Template
 from agents.builtin.templates_elementwise_cpu import render_elementwise_cpu, render_epilogue_cpu
 from agents.builtin.templates_elementwise_cuda import (
     gemm_point,

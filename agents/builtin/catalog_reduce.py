@@ -18,9 +18,9 @@ from agents.builtin import (
     templates_rmsnorm_cpu,
     templates_rmsnorm_cuda,
 )
-from agents.builtin.catalog import Param, Params, Template
-from agents.builtin.recognise import Shape
 from agents.builtin.recognise_reduce import NORMS
+from agents.builtin.shape import Shape
+from agents.builtin.template import Param, Params, Template
 from agents.builtin.templates_reduce_python import norm_of
 
 H200_SMS = 132

@@ -24,7 +24,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from agents.builtin.recognise import Shape
+from agents.builtin.shape import Shape
 from tools.problem import ProblemInfo, TensorSpec
 
 log = structlog.get_logger(__name__)

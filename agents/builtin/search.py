@@ -18,9 +18,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.builtin.catalog import TEMPLATES, Params, Template, key, templates_for
-from agents.builtin.recognise import Shape, analyse
+from agents.builtin.catalog import TEMPLATES, templates_for
+from agents.builtin.recognise import analyse
 from agents.builtin.seeds import seeds
+from agents.builtin.shape import Shape
+from agents.builtin.template import Params, Template, key
 from agents.builtin.words import FAR_FROM_ROOFLINE, Change, expected_gain
 from tools.problem import ProblemInfo
 

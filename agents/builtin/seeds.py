@@ -8,9 +8,10 @@ templates (``catalog_reduce.seeds``, ``catalog_elementwise.seeds``), which ``see
 from __future__ import annotations
 
 from agents.builtin import catalog_elementwise, catalog_reduce
-from agents.builtin.catalog import H200_SMS, TEMPLATES, Params
-from agents.builtin.recognise import Shape
+from agents.builtin.catalog import H200_SMS, TEMPLATES
 from agents.builtin.recognise_reduce import NORMS
+from agents.builtin.shape import Shape
+from agents.builtin.template import Params
 
 
 def _pick(values: tuple[int, ...], at_least: int) -> int:

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agents.builtin import catalog_elementwise, catalog_reduce, templates_matmul_simt
-from agents.builtin.catalog import Params, Template
-from agents.builtin.recognise import Shape
+from agents.builtin.shape import Shape
+from agents.builtin.template import Params, Template
 
 FAR_FROM_ROOFLINE = 30.0  # % of roofline under which structural moves come first
 H200_SMS = 132

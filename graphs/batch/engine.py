@@ -32,7 +32,7 @@ from graphs.batch.table import Render, Summarise, markdown, write_outputs, x
 from graphs.config import RunConfig
 from graphs.runs import RunPaths, _git_commit, create_run, load_state
 from graphs.state import best_candidate
-from sandbox.config import job_memory_bytes
+from sandbox.backends import job_memory_bytes
 from tools import keys
 from tools.errors import ConfigError, ProblemError
 from tools.problem import Problem, check_fits, load_problem

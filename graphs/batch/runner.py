@@ -29,7 +29,7 @@ from graphs.launch import stream_run
 from graphs.logs import configure_logging
 from graphs.runs import RunPaths, load_state
 from graphs.state import best_candidate
-from sandbox.config import job_memory_bytes, make_sandbox
+from sandbox.backends import job_memory_bytes, make_sandbox
 from tools import keys
 from tools.evaluation import evaluate
 from tools.paths import flocked
