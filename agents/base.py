@@ -7,6 +7,7 @@ other; the graph decides who runs next.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
@@ -96,3 +97,14 @@ class Role(Protocol):
     fan_out: bool
 
     def __call__(self, state: dict[str, Any], ctx: RoleContext) -> dict[str, Any]: ...
+
+
+def best_candidate(state: Mapping[str, Any]) -> Candidate | None:
+    """The run's best candidate (``best_id`` in the search graph's state), or None."""
+    best_id = state.get("best_id")
+    return next((c for c in state.get("candidates", []) if c["id"] == best_id), None)
+
+
+def message(role: str, kind: str, content: str, round_: int, candidate_id: str | None = None) -> Message:
+    """A trace message of ``role`` (the graph's ``messages`` list keeps them in order)."""
+    return Message(role=role, kind=kind, content=content, candidate_id=candidate_id, round=round_)  # type: ignore[typeddict-item]

@@ -11,9 +11,8 @@ import structlog
 
 from agents import builtin
 from agents.answers import ParseError
-from agents.base import Candidate, Idea, RoleContext, larger_memory
+from agents.base import Candidate, Idea, RoleContext, larger_memory, message
 from agents.llm import LLMError
-from graphs.state import message
 from tools.evaluation import Evaluation, evaluate
 
 log = structlog.get_logger(__name__)
@@ -147,14 +146,14 @@ class BuiltinCoder(Coder):
 class LLMCoder(Coder):
     """Asks the chat model for the source; on a compile error or wrong answer, shows it the log.
 
-    The model may compile, check and time its drafts in the sandbox first (``tools.langchain_tools``).
+    The model may compile, check and time its drafts in the sandbox first (``agents.llm_tools``).
     """
 
     def write(
         self, idea: Idea, state: dict[str, Any], ctx: RoleContext, error: str | None, failed_source: str | None
     ) -> str | None:
         from agents.llm_roles import LLMCoder as Strategy
-        from tools.langchain_tools import make_tools
+        from agents.llm_tools import make_tools
 
         if "template" in idea["params"]:  # the builtin catalog's idea (RunConfig.seed_builtin): no model needed
             return render_idea(idea, ctx, error)

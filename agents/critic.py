@@ -12,8 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from agents.base import Candidate, RoleContext
-from graphs.state import best_candidate, message
+from agents.base import Candidate, RoleContext, best_candidate, message
 from tools import speed
 from tools.checks import blocking, static_findings
 from tools.evaluation import REVIEW_SPEEDUP

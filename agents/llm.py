@@ -4,7 +4,7 @@ A ``ChatSession`` wraps the chat model ``agents.models.make_chat_model`` builds:
 failures (timeouts, HTTP 429 and 5xx) with exponential backoff, re-asks when an answer cannot be parsed
 (``agents.answers``), enforces the run's token and dollar budget, and keeps a ``CallRecord`` of every
 model call (tokens, cost, seconds, attempts). ``ask_with_tools`` lets the model call LangChain tools
-(``tools.langchain_tools``) before its final answer; each tool call is kept on the record of the model
+(``agents.llm_tools``) before its final answer; each tool call is kept on the record of the model
 call that requested it.
 """
 
@@ -452,7 +452,7 @@ class ChatSession:
         """Run one requested tool call; every failure becomes an error result for the model."""
         from langchain_core.messages import ToolMessage
 
-        from tools.langchain_tools import jobs_of_the_call
+        from agents.llm_tools import jobs_of_the_call
 
         name, args = str(call.get("name") or ""), call.get("args")
         started = time.perf_counter()

@@ -287,7 +287,7 @@ class LLMCoder:
 
     For a repair, ``parent_source`` is the failed attempt's source and ``error`` its compile log or
     mismatch reason; otherwise ``parent_source`` is the parent candidate's source (None: the reference).
-    With ``tools`` (``tools.langchain_tools.make_tools``) the model may compile, check and time drafts
+    With ``tools`` (``agents.llm_tools.make_tools``) the model may compile, check and time drafts
     before it answers (``ChatSession.ask_with_tools``, ``max_tool_rounds`` rounds of calls at most).
     """
 

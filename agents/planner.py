@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents import builtin
-from agents.base import Idea, RoleContext
-from graphs.state import best_candidate, message
+from agents.base import Idea, RoleContext, best_candidate, message
 
 
 def tried_summary(state: dict[str, Any]) -> list[dict[str, Any]]:

@@ -14,9 +14,8 @@ from typing import Any
 
 import structlog
 
-from agents.base import Candidate, RoleContext, larger_memory
+from agents.base import Candidate, RoleContext, larger_memory, message
 from agents.hardware import cache_bytes, size
-from graphs.state import message
 from tools import speed
 from tools.errors import CandidateError
 from tools.evaluation import evaluate, noise_flags, profile_job

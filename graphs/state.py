@@ -9,7 +9,9 @@ from __future__ import annotations
 import operator
 from typing import Annotated, Any, TypedDict
 
-from agents.base import Candidate, Idea, Message
+from agents.base import Candidate, Idea, Message, best_candidate, message
+
+__all__ = ["RunInput", "RunOutput", "RunState", "best_candidate", "merge_by_id", "merge_usage", "message"]
 
 
 def merge_by_id(left: list[Candidate], right: list[Candidate]) -> list[Candidate]:
@@ -55,12 +57,3 @@ class RunOutput(TypedDict, total=False):
     candidates: list[Candidate]
     baseline: dict[str, Any] | None
     stop_reason: str | None
-
-
-def best_candidate(state: RunState) -> Candidate | None:
-    best_id = state.get("best_id")
-    return next((c for c in state.get("candidates", []) if c["id"] == best_id), None)
-
-
-def message(role: str, kind: str, content: str, round_: int, candidate_id: str | None = None) -> Message:
-    return Message(role=role, kind=kind, content=content, candidate_id=candidate_id, round=round_)  # type: ignore[typeddict-item]

@@ -137,8 +137,8 @@ def test_a_run_with_ncu_profiles_each_rounds_fastest_candidate(tmp_path: Path) -
 
 
 def test_the_ncu_tool_shows_an_llm_the_kernels_of_both(tmp_path: Path) -> None:
+    from agents.llm_tools import make_tools
     from tests.test_tool_calling import context
-    from tools.langchain_tools import make_tools
 
     ctx = context(tmp_path, device="cuda")
     ctx.settings.ncu = True

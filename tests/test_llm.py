@@ -23,10 +23,10 @@ from agents.answers import ParseError, extract_code, extract_json, render_prompt
 from agents.base import RoleContext
 from agents.llm import BudgetExceeded, CallRecord, ChatSession, LLMError, transient_reason
 from agents.llm_roles import LLMCoder, LLMCritic, LLMPlanner, parse_ideas, parse_review, tools_section
+from agents.llm_tools import make_tools
 from agents.models import PLACEHOLDER_API_KEY, ModelSpec, default_model, make_chat_model, parse_model, price_for
 from tests.fake_openai_server import FakeOpenAIServer, ScriptedChatModel
 from tools.errors import ConfigError
-from tools.langchain_tools import make_tools
 
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
 

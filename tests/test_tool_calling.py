@@ -20,13 +20,13 @@ from agents.base import RoleContext
 from agents.coder import LLMCoder
 from agents.llm import ChatSession
 from agents.llm_roles import parse_candidate
+from agents.llm_tools import CandidateSource, ToolStats, _host_line, make_tools
 from graphs.config import RunConfig
 from sandbox.devices import CPU, DeviceTurns
 from sandbox.local import LocalSandbox
 from sandbox.protocol import TimingConfig, TimingReport, TimingStats
 from tests.conftest import CANDIDATES, FIXTURES, PROBLEMS
 from tests.fake_openai_server import ScriptedChatModel
-from tools.langchain_tools import CandidateSource, ToolStats, _host_line, make_tools
 from tools.paths import cache_dir
 from tools.problem import load_problem
 
