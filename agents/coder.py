@@ -13,7 +13,7 @@ from agents import builtin
 from agents.answers import ParseError
 from agents.base import Candidate, Idea, RoleContext, larger_memory, message
 from agents.llm import LLMError
-from tools.evaluation import Evaluation, evaluate
+from sandbox.evaluation import Evaluation, evaluate
 
 log = structlog.get_logger(__name__)
 

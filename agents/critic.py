@@ -13,9 +13,9 @@ import time
 from typing import Any
 
 from agents.base import Candidate, RoleContext, best_candidate, message
+from sandbox.evaluation import REVIEW_SPEEDUP
 from tools import speed
 from tools.checks import blocking, static_findings
-from tools.evaluation import REVIEW_SPEEDUP
 
 
 def budget_stop(state: dict[str, Any], settings: Any) -> str | None:

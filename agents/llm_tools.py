@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from pydantic import BaseModel, Field
 
-from sandbox.protocol import TimingReport
+from sandbox.evaluation import Evaluation, evaluate, profile_job
 from tools.collectors import Collector
 from tools.compile import DEFAULT_ARCH, check_candidate_cuda
 from tools.errors import CandidateError
-from tools.evaluation import Evaluation, evaluate, profile_job
 from tools.ncu import render
+from tools.protocol import TimingReport
 
 if TYPE_CHECKING:
     from langchain_core.tools import BaseTool

@@ -4,7 +4,7 @@ Speedups against ``torch.compile`` are chained through the eager reference: the 
 compile / eager side by side, each candidate job measures eager / candidate side by side, and the
 product is compile / candidate. Every ratio comes from one process, as the median of per-trial ratios
 (``tools.timing.paired_ratios``); no absolute time is compared across processes. A noisy timing is said in
-the profiler's message (``tools.evaluation.noise_flags``).
+the profiler's message (``sandbox.evaluation.noise_flags``).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import structlog
 
 from agents.base import Candidate, RoleContext, larger_memory, message
 from agents.hardware import cache_bytes, size
+from sandbox.evaluation import evaluate, noise_flags, profile_job
 from tools import speed
 from tools.errors import CandidateError
-from tools.evaluation import evaluate, noise_flags, profile_job
 
 log = structlog.get_logger(__name__)
 LATENCY_BOUND_MS = 0.02  # below this a call is dominated by launch and dispatch overhead

@@ -2,7 +2,7 @@
 
     python bench/checks_dynamic.py --device cpu|cuda [--json OUT]
 
-Each evaluation is the real one (``tools.evaluation.evaluate`` in a sandboxed worker: static and
+Each evaluation is the real one (``sandbox.evaluation.evaluate`` in a sandboxed worker: static and
 dynamic anti-cheat checks, correctness, timing), except that a candidate the static checks reject still runs
 (``static_precheck=False``), so that the dynamic half is counted on every fixture. A fixture counts as
 caught when it is not accepted and its trick is named; the table says which half named it. Legitimate
@@ -27,11 +27,11 @@ sys.path.insert(0, str(ROOT))
 from agents.builtin.catalog import TEMPLATES, render  # noqa: E402
 from agents.builtin.recognise import analyse  # noqa: E402
 from agents.builtin.seeds import seeds  # noqa: E402
+from sandbox.evaluation import evaluate  # noqa: E402
 from sandbox.local import LocalSandbox  # noqa: E402
-from sandbox.protocol import TimingConfig  # noqa: E402
 from tools.checks import blocking, static_findings  # noqa: E402
-from tools.evaluation import evaluate  # noqa: E402
 from tools.problem import load_problem  # noqa: E402
+from tools.protocol import TimingConfig  # noqa: E402
 
 QUICK = TimingConfig(min_trials=10, min_seconds=0.0, warmup_trials=2)
 

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sandbox.config import LocalSandboxConfig
 from sandbox.local import LocalSandbox
-from sandbox.protocol import EvalJob, TimingConfig
+from tools.protocol import EvalJob, TimingConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from sandbox.config import LocalSandboxConfig  # noqa: E402
 from sandbox.local import LocalSandbox  # noqa: E402
-from sandbox.protocol import EvalJob  # noqa: E402
+from tools.protocol import EvalJob  # noqa: E402
 
 PROBLEMS = {"matmul": "matmul_4096", "softmax": "softmax_4096x65536", "layernorm": "layernorm_16x64x256x256"}
 DESIGN_TABLE = {"matmul": (2.697, 2.677), "softmax": (1.056, 0.782), "layernorm": (8.087, 0.321)}

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from bench.jobs import candidate_jobs  # noqa: E402
 from sandbox.config import LocalSandboxConfig  # noqa: E402
 from sandbox.local import LocalSandbox  # noqa: E402
-from sandbox.protocol import EvalJob  # noqa: E402
+from tools.protocol import EvalJob  # noqa: E402
 
 PAIRS = [("softmax_4096x65536", "softmax_cuda"), ("layernorm_16x64x256x256", "layernorm_cuda")]
 

@@ -44,8 +44,8 @@ import torch  # noqa: E402
 from agents.builtin.catalog import render  # noqa: E402
 from bench.host_device_split import measure, on_the_gpu, points_for  # noqa: E402
 from sandbox.local import LocalSandbox  # noqa: E402
-from sandbox.protocol import EvalJob, TimingConfig  # noqa: E402
 from tools.problem import build_model, exec_source, make_inputs  # noqa: E402
+from tools.protocol import EvalJob, TimingConfig  # noqa: E402
 from tools.runtime_checks import AuditWatch  # noqa: E402
 from tools.timing import CudaTimer, refresher, time_interleaved  # noqa: E402
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sandbox.protocol import EvalJob
+from tools.protocol import EvalJob
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 from agents.builtin.catalog import describe, render  # noqa: E402
 from sandbox.local import LocalSandbox  # noqa: E402
-from sandbox.protocol import EvalJob  # noqa: E402
+from tools.protocol import EvalJob  # noqa: E402
 
 COPY_BYTES_PER_S = 4.28e12  # DESIGN.md's H200 copy ceiling (read + write)
 

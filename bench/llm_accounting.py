@@ -30,9 +30,9 @@ from agents.models import make_chat_model, parse_model
 from graphs.builder import build_graph
 from graphs.config import RunConfig
 from sandbox.local import LocalSandbox
-from sandbox.protocol import TimingConfig
 from tests.fake_openai_server import FakeOpenAIServer
 from tools.problem import load_problem
+from tools.protocol import TimingConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 CANDIDATE = ROOT / "problems" / "candidates" / "softmax_cpu.py"

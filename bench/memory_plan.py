@@ -22,12 +22,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from graphs.batch import discover
 from sandbox.config import LocalSandboxConfig
+from sandbox.evaluation import Evaluation, evaluate
 from sandbox.local import LocalSandbox
-from sandbox.protocol import TimingConfig
 from tools.device import device_memory_bytes
 from tools.errors import KernelforgeError
-from tools.evaluation import Evaluation, evaluate
 from tools.problem import load_problem, working_set_bytes
+from tools.protocol import TimingConfig
 
 GIB = 1 << 30
 

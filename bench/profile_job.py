@@ -16,9 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sandbox.protocol import EvalJob, TimingConfig
 from sandbox.worker import Phases, run_eval
 from tools.problem import load_problem
+from tools.protocol import EvalJob, TimingConfig
 
 GIB = 1 << 30
 

@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT))
 from bench.jobs import candidate_jobs  # noqa: E402
 from sandbox.config import LocalSandboxConfig, RaySandboxConfig  # noqa: E402
 from sandbox.local import LocalSandbox  # noqa: E402
-from sandbox.protocol import EvalJob, JobResult, TimingConfig  # noqa: E402
 from tests.ray_cluster import LocalRayCluster  # noqa: E402
+from tools.protocol import EvalJob, JobResult, TimingConfig  # noqa: E402
 
 PAIRS = [("softmax_small", "softmax_cpu"), ("layernorm_small", "layernorm_cpu"), ("matmul_small", "matmul_cpu")]
 

@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sandbox.local import LocalSandbox
-from sandbox.protocol import EvalJob, TimingConfig
+from tools.protocol import EvalJob, TimingConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

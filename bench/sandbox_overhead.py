@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 from sandbox.backends import make_sandbox  # noqa: E402
 from sandbox.config import DockerSandboxConfig, LocalSandboxConfig  # noqa: E402
-from sandbox.protocol import EvalJob, TimingConfig  # noqa: E402
+from tools.protocol import EvalJob, TimingConfig  # noqa: E402
 
 
 def main() -> None:

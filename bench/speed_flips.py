@@ -21,9 +21,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sandbox.protocol import TimingConfig
 from tools import speed
 from tools.problem import load_problem
+from tools.protocol import TimingConfig
 from tools.timing import CpuTimer, refresher, time_interleaved
 
 

@@ -42,8 +42,8 @@ from graphs.cli import add_sandbox_options, add_timing_mode, sandbox_config, say
 from graphs.config import Budgets, RunConfig  # noqa: E402
 from graphs.logs import configure_logging  # noqa: E402
 from sandbox.backends import job_machine  # noqa: E402
-from sandbox.protocol import TimingConfig  # noqa: E402
 from tools.errors import KernelforgeError  # noqa: E402
+from tools.protocol import TimingConfig  # noqa: E402
 
 DEFAULT_PROBLEMS = "problems/suite"
 COLUMNS = 14  # of the markdown table

@@ -24,7 +24,7 @@ from agents.coder import candidate_id
 from agents.llm import BudgetExceeded, LLMError
 from graphs.rundata import precision_text
 from graphs.state import RunInput, RunOutput, RunState, best_candidate, merge_usage, message
-from tools.evaluation import evaluate
+from sandbox.evaluation import evaluate
 from tools.keys import redact
 
 log = structlog.get_logger(__name__)

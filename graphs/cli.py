@@ -130,7 +130,7 @@ def render(evaluation) -> str:
 
 if TYPE_CHECKING:
     from graphs.config import RunConfig
-    from sandbox.protocol import TimingConfig
+    from tools.protocol import TimingConfig
 
 # ---------------------------------------------------------------------------------------- commands
 
@@ -155,7 +155,7 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from sandbox.backends import job_machine, make_sandbox
     from sandbox.devices import WAIT_NOTICE_S
-    from tools.evaluation import evaluate, read_candidate
+    from sandbox.evaluation import evaluate, read_candidate
     from tools.problem import load_problem
 
     sandbox = sandbox_config(args)
@@ -525,7 +525,7 @@ def add_checking_options(parser: argparse.ArgumentParser) -> None:
 
 def timing_config(args: argparse.Namespace) -> TimingConfig:
     """The timing options of ``add_checking_options`` and ``add_timing_mode``."""
-    from sandbox.protocol import TimingConfig
+    from tools.protocol import TimingConfig
 
     return TimingConfig(min_trials=args.trials, min_seconds=args.min_seconds, hide_launch=not args.count_launch)
 

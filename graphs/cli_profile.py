@@ -66,7 +66,7 @@ def _contenders(text: str | None, has_candidate: bool) -> list[str]:
 def _target(args: argparse.Namespace) -> tuple[Problem, str | None, str, Path | None]:
     """(problem, candidate source, candidate name, where the profile is saved) from either form."""
     from graphs.cli_options import resolve_problem
-    from tools.evaluation import read_candidate
+    from sandbox.evaluation import read_candidate
     from tools.problem import load_problem
 
     if args.run is None:
@@ -97,9 +97,9 @@ def _target(args: argparse.Namespace) -> tuple[Problem, str | None, str, Path | 
 def cmd_profile(args: argparse.Namespace) -> int:
     from graphs.cli_options import sandbox_config
     from sandbox.backends import job_machine, make_sandbox
+    from sandbox.evaluation import profile_job
     from tools import ncu
     from tools.device import cuda_available
-    from tools.evaluation import profile_job
 
     if args.warmup < 1:
         raise ConfigError("--warmup must be at least 1 (the first call compiles)")

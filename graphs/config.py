@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field, model_validator
 
 from sandbox.config import LocalSandboxConfig, SandboxConfig
-from sandbox.protocol import Device, Policy, TimingConfig
+from tools.protocol import Device, Policy, TimingConfig
 
 DEFAULT_ROLES = ["planner", "coder", "profiler", "critic"]
 

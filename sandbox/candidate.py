@@ -20,10 +20,10 @@ from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from sandbox.failures import JobFailed, candidate_code, describe, set_candidate
-from sandbox.protocol import RuntimeFinding
 from tools import correctness, runtime_checks
 from tools.cheat_tricks import RESULT_CACHE
 from tools.problem import build_model, copy_state, import_source
+from tools.protocol import RuntimeFinding
 from tools.runtime_checks import AuditWatch, HarnessSnapshot, OpRecorder
 
 OUTPUT_LIMIT_BYTES = 256 << 20  # a candidate flooding stdout or disk is killed by SIGXFSZ

@@ -11,7 +11,7 @@ from typing import Annotated, Literal, Protocol
 
 from pydantic import BaseModel, Field, field_validator
 
-from sandbox.protocol import AnyJob, JobResult
+from tools.protocol import AnyJob, JobResult
 
 # Variables a worker may inherit; everything else (API keys, tokens, cloud credentials) is dropped.
 DEFAULT_ENV_ALLOW = (

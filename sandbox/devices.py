@@ -38,8 +38,8 @@ from tools.errors import ConfigError, EnvironmentProblem
 from tools.paths import cache_dir, open_flock
 
 if TYPE_CHECKING:  # both import torch: a process that only takes turns need not
-    from sandbox.protocol import AnyJob
     from tools.device import VisibleGpu
+    from tools.protocol import AnyJob
 
 log = structlog.get_logger(__name__)
 POLL_S = 0.05  # between rounds of non-blocking tries when every device is taken

@@ -37,10 +37,10 @@ import structlog
 from sandbox.channel import KEY_BYTES
 from sandbox.config import DockerSandboxConfig
 from sandbox.devices import HostDevices
-from sandbox.protocol import AnyJob, JobResult
 from sandbox.verdict import how_it_ended, job_verdict
 from tools.errors import EnvironmentProblem
 from tools.keys import redact_model
+from tools.protocol import AnyJob, JobResult
 
 log = structlog.get_logger(__name__)
 PROJECT_ROOT = Path(__file__).resolve().parent.parent

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import torch
 
-from sandbox.protocol import RuntimeFinding, Status
 from tools.compile import map_c_log_to_candidate
 from tools.errors import CompileError
+from tools.protocol import RuntimeFinding, Status
 
 
 class JobFailed(Exception):

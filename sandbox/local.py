@@ -30,10 +30,10 @@ from sandbox.channel import KEY_BYTES
 from sandbox.config import LocalSandboxConfig
 from sandbox.devices import HostDevices
 from sandbox.prefork import ForkedProcess, ForkServerClient, ForkServerDied
-from sandbox.protocol import AnyJob, JobResult
 from sandbox.verdict import how_it_ended, job_verdict
 from tools.device import VisibleGpu
 from tools.keys import redact_model
+from tools.protocol import AnyJob, JobResult
 
 log = structlog.get_logger(__name__)
 PROJECT_ROOT = Path(__file__).resolve().parent.parent

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from sandbox.protocol import ProfileJob
 from tools.problem import build_model, copy_parameters, exec_source, import_source, make_inputs, one_line
+from tools.protocol import ProfileJob
 
 
 def contender_model(job: ProfileJob, contender: str, device: torch.device) -> tuple[nn.Module, list[Any]]:

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from sandbox.protocol import ProfileJob
 from tools import ncu
 from tools.ncu import ContenderProfile, ProfileReport
+from tools.protocol import ProfileJob
 
 TAIL_CHARS = 4000
 

@@ -32,9 +32,9 @@ from pydantic import TypeAdapter
 from sandbox.config import LocalSandboxConfig, RaySandboxConfig
 from sandbox.local import LocalSandbox
 from sandbox.prefork import ForkedProcess
-from sandbox.protocol import AnyJob, Job, JobResult
 from tools.errors import ConfigError, EnvironmentProblem, SandboxError
 from tools.keys import redact_model
+from tools.protocol import AnyJob, Job, JobResult
 
 try:
     import ray

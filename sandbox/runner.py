@@ -33,11 +33,11 @@ from pydantic import ValidationError
 from sandbox import seccomp, shared
 from sandbox.candidate import CandidateSide, Memory, limit_output
 from sandbox.failures import JobFailed, candidate_code, describe
-from sandbox.protocol import RuntimeFinding
 from tools.cheat_tricks import GLOBAL_STATE, VERDICT_FORGERY
 from tools.correctness import flatten_outputs
 from tools.memory import return_freed
 from tools.problem import import_source
+from tools.protocol import RuntimeFinding
 from tools.runtime_checks import OpRecorder, finding
 from tools.timing import Timed
 

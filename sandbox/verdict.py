@@ -12,7 +12,7 @@ import signal
 import structlog
 
 from sandbox.channel import CUT_SHORT, unframe
-from sandbox.protocol import AnyJob, JobResult, RuntimeFinding
+from tools.protocol import AnyJob, JobResult, RuntimeFinding
 
 
 def signal_name(code: int) -> str:

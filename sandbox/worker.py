@@ -34,20 +34,6 @@ from sandbox import contain, profiling
 from sandbox.candidate import CandidateSide, Memory, limit_output
 from sandbox.channel import KEY_BYTES, make_sender
 from sandbox.failures import JobFailed, candidate_code, describe, set_candidate
-from sandbox.protocol import (
-    AnyJob,
-    CeilingsJob,
-    CheckResult,
-    CorrectnessReport,
-    EvalJob,
-    Job,
-    JobResult,
-    MemoryReport,
-    ProfileJob,
-    RuntimeFinding,
-    Status,
-    TimingReport,
-)
 from sandbox.runner import RemoteSide, RoundTripTimer, Runner
 from tools import correctness, runtime_checks, timing
 from tools.answers import AnswerStore, to_host
@@ -65,6 +51,20 @@ from tools.device import cpu_name, hardware_facts
 from tools.errors import ProblemError
 from tools.memory import PeakMeter, Plan, chunk_elements, make_plan, memory_cap, return_freed, tensor_bytes
 from tools.problem import build_model, exec_source, make_inputs
+from tools.protocol import (
+    AnyJob,
+    CeilingsJob,
+    CheckResult,
+    CorrectnessReport,
+    EvalJob,
+    Job,
+    JobResult,
+    MemoryReport,
+    ProfileJob,
+    RuntimeFinding,
+    Status,
+    TimingReport,
+)
 from tools.runtime_checks import OpRecorder
 
 

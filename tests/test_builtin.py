@@ -16,11 +16,11 @@ from agents import builtin
 from agents.builtin.catalog import TEMPLATES
 from agents.builtin.seeds import seeds
 from bench.matmul_accuracy import worst
+from sandbox.evaluation import evaluate
 from sandbox.local import LocalSandbox
-from sandbox.protocol import CorrectnessReport, TimingConfig
 from tests.conftest import PROBLEMS, assert_cuda_renderings_compile
-from tools.evaluation import evaluate
 from tools.problem import Problem, ProblemInfo, build_model, exec_source, load_problem, make_inputs
+from tools.protocol import CorrectnessReport, TimingConfig
 
 FAMILY = {
     "softmax_small": "softmax",

@@ -23,10 +23,10 @@ from agents.builtin.seeds import seeds
 from agents.builtin.templates_elementwise_epilogue import tail_bias
 from agents.builtin.templates_elementwise_expression import expression_text
 from agents.builtin.templates_elementwise_math import COMMON, CPU_MATH
+from sandbox.evaluation import evaluate
 from sandbox.local import LocalSandbox
 from tests.conftest import PROBLEMS, assert_cuda_renderings_compile
 from tools.compile import build_c, load_c
-from tools.evaluation import evaluate
 from tools.problem import ProblemInfo, import_source, load_problem
 
 HEAD = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"

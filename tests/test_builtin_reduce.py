@@ -18,11 +18,11 @@ from agents import builtin
 from agents.builtin.catalog import TEMPLATES
 from agents.builtin.recognise_reduce import NORMS, split_dims
 from agents.builtin.seeds import seeds
+from sandbox.evaluation import evaluate
 from sandbox.local import LocalSandbox
-from sandbox.protocol import TimingConfig
 from tests.conftest import PROBLEMS, assert_cuda_renderings_compile
-from tools.evaluation import evaluate
 from tools.problem import ProblemInfo, import_source, load_problem
+from tools.protocol import TimingConfig
 
 QUICK = TimingConfig(min_trials=20, min_seconds=0.1)
 OPS = ("sum", "mean", "max", "min", "argmax", "argmin")

@@ -319,7 +319,7 @@ def test_a_candidate_without_modelnew_is_refused_before_any_job(kforge_cache: Pa
     ],
 )
 def test_every_way_to_bind_modelnew_counts(source: str) -> None:
-    from tools.evaluation import defines
+    from sandbox.evaluation import defines
 
     assert defines(source, "ModelNew")
     assert not defines(source.replace("ModelNew", "Other").replace("*", "Other"), "ModelNew")

@@ -16,8 +16,8 @@ from typing import ClassVar
 import pytest
 
 from sandbox.devices import DeviceTurns
-from sandbox.protocol import EvalJob, JobResult
 from tools.errors import ConfigError
+from tools.protocol import EvalJob, JobResult
 
 HOLD_S = 0.05
 
@@ -245,11 +245,11 @@ def test_shares_held_by_checks_never_exceed_the_device(tmp_path: Path) -> None:
 
 def test_evaluate_gives_a_check_the_shares_of_the_device_its_working_set_needs(tmp_path: Path) -> None:
     from sandbox.config import LocalSandboxConfig
+    from sandbox.evaluation import evaluate
     from sandbox.local import LocalSandbox
-    from sandbox.protocol import AnyJob
     from tests.conftest import CANDIDATES, PROBLEMS
-    from tools.evaluation import evaluate
     from tools.problem import load_problem, working_set_bytes
+    from tools.protocol import AnyJob
 
     class Recording(LocalSandbox):  # the real backend, keeping each job it ran
         jobs: ClassVar[list[AnyJob]] = []
@@ -283,9 +283,9 @@ def test_a_job_still_running_is_said_on_the_console_with_what_it_waits_for() -> 
     from structlog.testing import capture_logs
 
     from sandbox.config import LocalSandboxConfig
+    from sandbox.evaluation import evaluate
     from sandbox.local import LocalSandbox
     from tests.conftest import CANDIDATES, PROBLEMS
-    from tools.evaluation import evaluate
     from tools.problem import load_problem
 
     with capture_logs() as logs:

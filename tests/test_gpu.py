@@ -10,9 +10,9 @@ import pytest
 
 from sandbox.config import LocalSandboxConfig
 from sandbox.local import LocalSandbox
-from sandbox.protocol import CeilingsJob, EvalJob, JobResult, ProfileJob, TimingConfig
 from tests.conftest import CANDIDATES, FIXTURES, PROBLEMS
 from tools.ncu import ProfileReport
+from tools.protocol import CeilingsJob, EvalJob, JobResult, ProfileJob, TimingConfig
 
 pytestmark = pytest.mark.gpu
 QUICK = TimingConfig(min_trials=10, min_seconds=0.0, warmup_trials=2)

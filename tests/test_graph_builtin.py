@@ -27,9 +27,9 @@ from graphs.config import RunConfig
 from graphs.runs import RunPaths
 from graphs.state import message
 from sandbox.local import LocalSandbox
-from sandbox.protocol import TimingConfig
 from tests.conftest import PROBLEMS, ROOT
 from tools.problem import load_problem
+from tools.protocol import TimingConfig
 
 QUICK = TimingConfig(min_trials=20, min_seconds=0.1, warmup_trials=2)
 

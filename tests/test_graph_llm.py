@@ -24,10 +24,10 @@ from agents.models import make_chat_model, parse_model
 from graphs.builder import build_graph
 from graphs.config import Budgets, RunConfig
 from sandbox.local import LocalSandbox
-from sandbox.protocol import TimingConfig
 from tests.conftest import CANDIDATES, FIXTURES, PROBLEMS, ROOT
 from tests.fake_openai_server import FakeOpenAIServer, ScriptedChatModel
 from tools.problem import load_problem
+from tools.protocol import TimingConfig
 
 QUICK = TimingConfig(min_trials=20, min_seconds=0.1, warmup_trials=2)
 SANDBOX = LocalSandbox()

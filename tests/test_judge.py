@@ -12,8 +12,8 @@ import torch
 
 from sandbox import contain, seccomp, shared
 from sandbox.local import LocalSandbox
-from sandbox.protocol import EvalJob, JobResult, TimingConfig
 from tests.conftest import CANDIDATES, FIXTURES, PROBLEMS
+from tools.protocol import EvalJob, JobResult, TimingConfig
 
 SANDBOX = LocalSandbox()
 QUICK = TimingConfig(min_trials=5, min_seconds=0.0, warmup_trials=1)

@@ -16,13 +16,13 @@ import pytest
 import torch
 
 from agents.builtin.pointwise_trace import DIAGONAL, HANDLED, HEAVY, TRANSPOSES, VIEWS
+from sandbox.evaluation import Evaluation, evaluate
 from sandbox.local import LocalSandbox
-from sandbox.protocol import TimingConfig
 from tests.conftest import FIXTURES, PROBLEMS
 from tools.cheat_tricks import LAYOUT_OPS, POINTWISE_OPS, library_family
 from tools.checks import static_findings
-from tools.evaluation import Evaluation, evaluate
 from tools.problem import ProblemInfo, load_problem
+from tools.protocol import TimingConfig
 from tools.runtime_checks import OpRecorder, library_note, op_findings
 
 EPILOGUE = FIXTURES / "epilogue"

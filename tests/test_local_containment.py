@@ -23,9 +23,9 @@ import pytest
 from sandbox import contain
 from sandbox.config import LocalSandboxConfig
 from sandbox.local import LocalSandbox
-from sandbox.protocol import EvalJob, JobResult, TimingConfig
 from tests.conftest import FIXTURES, PROBLEMS
 from tools.paths import cache_dir
+from tools.protocol import EvalJob, JobResult, TimingConfig
 
 ATTACKS = FIXTURES / "contain"
 SANDBOXES = {

@@ -15,15 +15,15 @@ import torch
 from torch import nn
 
 from sandbox.config import LocalSandboxConfig
+from sandbox.evaluation import evaluate
 from sandbox.local import LocalSandbox
-from sandbox.protocol import TimingConfig
 from sandbox.worker import _in_float64
 from tests.conftest import KERNELBENCH
 from tools.answers import AnswerStore, locked_bytes
 from tools.errors import ProblemError
-from tools.evaluation import evaluate
 from tools.memory import FLUSH_BYTES, TARGET, make_plan, memory_cap
 from tools.problem import ProblemInfo, TensorSpec, check_fits, load_problem, working_set_bytes
+from tools.protocol import TimingConfig
 
 MIB = 1 << 20
 

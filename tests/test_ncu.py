@@ -16,10 +16,10 @@ import torch
 
 from sandbox.config import LocalSandboxConfig
 from sandbox.local import LocalSandbox
-from sandbox.protocol import ProfileJob
 from tests.conftest import FIXTURES, PROBLEMS
 from tools import ncu
 from tools.ncu import METRICS, ContenderProfile, KernelProfile, NcuError, ProfileReport
+from tools.protocol import ProfileJob
 
 ORDER = [
     "dram__bytes_read.sum",

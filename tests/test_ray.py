@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from sandbox.config import RaySandboxConfig
-from sandbox.protocol import EvalJob, TimingConfig
 from tests.conftest import CANDIDATES, PROBLEMS
 from tests.ray_cluster import LocalRayCluster, free_port, ray_cluster
+from tools.protocol import EvalJob, TimingConfig
 
 # One Ray cluster at a time: under pytest-xdist every test of this module runs on the same worker.
 pytestmark = pytest.mark.xdist_group("ray")

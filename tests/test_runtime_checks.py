@@ -1,7 +1,7 @@
 """The dynamic anti-cheat checks: every cheat fixture run in the real worker is rejected for its trick.
 
 Each fixture in ``tests/fixtures/cheats/`` is a ``ModelNew`` for ``problems/softmax_small.py`` whose
-docstring names its trick. Here it runs in a real sandboxed worker through ``tools.evaluation.evaluate``
+docstring names its trick. Here it runs in a real sandboxed worker through ``sandbox.evaluation.evaluate``
 with ``static_precheck=False``: the static checks would reject most fixtures before anything ran, and what is
 under test here is that the worker catches them too. Static and dynamic findings together reject it; the
 worker alone (its ``findings``) must name the trick too, except for the few tricks only the source shows
@@ -20,12 +20,12 @@ import pytest
 import torch
 
 from agents.critic import Critic
+from sandbox.evaluation import Evaluation, evaluate, review_flags
 from sandbox.local import LocalSandbox
-from sandbox.protocol import JobResult, TimingConfig, TimingReport, TimingStats
 from tests.conftest import FIXTURES, PROBLEMS
 from tools import runtime_checks
-from tools.evaluation import Evaluation, evaluate, review_flags
 from tools.problem import load_problem
+from tools.protocol import JobResult, TimingConfig, TimingReport, TimingStats
 
 CHEATS = sorted((FIXTURES / "cheats").glob("*.py"))
 QUICK = TimingConfig(min_trials=5, min_seconds=0.0, warmup_trials=1)

@@ -25,8 +25,8 @@ import torch
 
 from sandbox.config import DockerSandboxConfig, LocalSandboxConfig, Sandbox
 from sandbox.local import LocalSandbox
-from sandbox.protocol import EvalJob, JobResult, ProfileJob, TimingConfig
 from tests.conftest import CANDIDATES, FIXTURES, PROBLEMS
+from tools.protocol import EvalJob, JobResult, ProfileJob, TimingConfig
 from tools.timing import CpuTimer
 
 HOSTILE = FIXTURES / "hostile"

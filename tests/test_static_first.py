@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from sandbox.evaluation import Evaluation, evaluate
 from sandbox.local import LocalSandbox
-from sandbox.protocol import TimingConfig
 from tests.conftest import PROBLEMS
 from tools.checks import static_findings
-from tools.evaluation import Evaluation, evaluate
 from tools.problem import Problem, load_problem
+from tools.protocol import TimingConfig
 
 QUICK = TimingConfig(min_trials=5, min_seconds=0.0, warmup_trials=1)
 SANDBOX = LocalSandbox()

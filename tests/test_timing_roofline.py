@@ -7,11 +7,11 @@ import time
 import pytest
 import torch
 
+from sandbox.evaluation import get_ceilings, noise_flags
 from sandbox.local import LocalSandbox
-from sandbox.protocol import Ceilings, TimingConfig, TimingReport
 from tests.conftest import PROBLEMS
-from tools.evaluation import get_ceilings, noise_flags
 from tools.problem import load_problem
+from tools.protocol import Ceilings, TimingConfig, TimingReport
 from tools.roofline import cached_ceilings, floor, percent_of_roofline
 from tools.timing import (
     EXTEND,

@@ -24,11 +24,11 @@ from agents.llm_tools import CandidateSource, ToolStats, _host_line, make_tools
 from graphs.config import RunConfig
 from sandbox.devices import CPU, DeviceTurns
 from sandbox.local import LocalSandbox
-from sandbox.protocol import TimingConfig, TimingReport, TimingStats
 from tests.conftest import CANDIDATES, FIXTURES, PROBLEMS
 from tests.fake_openai_server import ScriptedChatModel
 from tools.paths import cache_dir
 from tools.problem import load_problem
+from tools.protocol import TimingConfig, TimingReport, TimingStats
 
 QUICK = TimingConfig(min_trials=20, min_seconds=0.1, warmup_trials=2)
 SANDBOX = LocalSandbox()

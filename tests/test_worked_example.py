@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from agents.llm_roles import EXAMPLES, worked_example
+from sandbox.evaluation import evaluate
 from sandbox.local import LocalSandbox
-from sandbox.protocol import TimingConfig
 from tools.checks import blocking, static_findings
 from tools.compile import check_candidate_cuda
-from tools.evaluation import evaluate
 from tools.problem import load_problem
+from tools.protocol import TimingConfig
 
 PROBLEM = EXAMPLES / "scaled_tanh.py"
 QUICK = TimingConfig(min_trials=5, min_seconds=0.0, warmup_trials=1)

@@ -94,7 +94,7 @@ THREAD_CALLS = {
     "torch.jit._fork",
     "torch.multiprocessing",
 }
-FRAME_MODULES = ("inspect", "gc", "__main__", "sandbox", "tools.timing", "tools.correctness", "tools.evaluation")
+FRAME_MODULES = ("inspect", "gc", "__main__", "sandbox", "tools.timing", "tools.correctness", "sandbox.evaluation")
 FRAME_NAMES = {
     "sys._getframe",
     "sys._current_frames",

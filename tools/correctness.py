@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten
 
-from sandbox.protocol import CheckResult, Policy
+from tools.protocol import CheckResult, Policy
 
 # (atol, rtol) per policy and output dtype. "relaxed" is the research's rule (1e-2 for everything);
 # "strict" holds fp32 to 1e-4, which rules out TF32 or bf16 shortcuts in fp32 problems.

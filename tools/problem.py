@@ -403,7 +403,7 @@ def working_set_bytes(info: ProblemInfo, n_checks: int = 5, device: str = "cuda"
         device,
         float64,
         make_peak=i.inputs_peak_bytes,
-        separate=device == "cpu",  # a CPU job's candidate runs in the runner (sandbox.protocol.EvalJob.split)
+        separate=device == "cpu",  # a CPU job's candidate runs in the runner (tools.protocol.EvalJob.split)
     ).peak
 
 

@@ -15,10 +15,10 @@ from collections.abc import Callable
 import torch
 from pydantic import BaseModel
 
-from sandbox.protocol import Ceilings, Device, Policy
 from tools.device import cpu_name
 from tools.paths import cache_dir
 from tools.problem import ProblemInfo, TensorSpec
+from tools.protocol import Ceilings, Device, Policy
 from tools.timing import CudaTimer
 
 

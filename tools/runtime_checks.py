@@ -41,7 +41,6 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from sandbox.protocol import Policy, RuntimeFinding
 from tools.cheat_tricks import (
     ATEN_FAMILY,
     DYNAMIC_CODE,
@@ -60,6 +59,7 @@ from tools.cheat_tricks import (
     VERDICT_FORGERY,
 )
 from tools.correctness import fingerprints, flatten_outputs, pieces, tolerance
+from tools.protocol import Policy, RuntimeFinding
 
 LOW_DTYPES = {torch.float16, torch.bfloat16}
 LATE_WRITE_WAIT_S = 0.02  # how long the worker waits for a late writer before it looks again
@@ -73,7 +73,6 @@ def finding(trick: str, detail: str, blocking: bool = True) -> RuntimeFinding:
 
 
 def _watched(device: torch.device) -> dict[str, Any]:
-    import sandbox.channel
     import tools.correctness
     import tools.timing
 
@@ -87,10 +86,11 @@ def _watched(device: torch.device) -> dict[str, Any]:
         "torch.utils._pytree": sys.modules["torch.utils._pytree"],
         "tools.correctness": tools.correctness,
         "tools.timing": tools.timing,
-        "sandbox.channel": sandbox.channel,
         "os": os,
         "threading": threading,
     }
+    if "sandbox.channel" in sys.modules:  # the worker's verdict channel: watched where loaded, never imported here
+        watched["sandbox.channel"] = sys.modules["sandbox.channel"]
     if device.type == "cuda":
         watched |= {
             "torch.cuda": torch.cuda,

@@ -17,8 +17,8 @@ from typing import Any, Literal, NamedTuple, Protocol
 import numpy as np
 import torch
 
-from sandbox.protocol import TimingConfig, TimingStats
 from tools import speed
+from tools.protocol import TimingConfig, TimingStats
 
 _perf_counter = time.perf_counter
 

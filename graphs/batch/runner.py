@@ -30,8 +30,8 @@ from graphs.logs import configure_logging
 from graphs.runs import RunPaths, load_state
 from graphs.state import best_candidate
 from sandbox.backends import job_memory_bytes, make_sandbox
+from sandbox.evaluation import evaluate
 from tools import keys
-from tools.evaluation import evaluate
 from tools.paths import flocked
 from tools.problem import Problem, load_problem
 

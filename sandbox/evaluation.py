@@ -18,7 +18,12 @@ from pydantic import BaseModel, Field
 
 from sandbox.config import Sandbox
 from sandbox.devices import WaitNotice
-from sandbox.protocol import (
+from tools import speed
+from tools.checks import Finding, blocking, static_findings
+from tools.device_shares import slots_for
+from tools.errors import CandidateError, EnvironmentProblem
+from tools.problem import Problem, check_fits
+from tools.protocol import (
     Ceilings,
     CeilingsJob,
     Device,
@@ -29,11 +34,6 @@ from sandbox.protocol import (
     TimingConfig,
     TimingReport,
 )
-from tools import speed
-from tools.checks import Finding, blocking, static_findings
-from tools.device_shares import slots_for
-from tools.errors import CandidateError, EnvironmentProblem
-from tools.problem import Problem, check_fits
 from tools.roofline import Floor, cached_ceilings, floor, percent_of_roofline, store_ceilings
 
 log = structlog.get_logger(__name__)
