@@ -23,6 +23,7 @@ import socket
 import sys
 import tempfile
 import traceback
+from typing import Any
 
 # Heavy imports the workers need, paid once here. None of them initialises CUDA.
 import torch
@@ -75,28 +76,34 @@ def _reap(sock: socket.socket) -> None:
 
 def serve(sock: socket.socket) -> None:
     _preload_cupy()
-    sock.send(json.dumps({"ready": True}).encode())  # the imports are done: a fork from here is quick
-    while True:
-        ready, _, _ = select.select([sock], [], [], 0.05)
-        _reap(sock)
-        if not ready:
-            continue
-        data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, N_FDS)
-        if not data:
-            return  # the orchestrator closed its end: shut down
-        request = json.loads(data)
-        if torch.cuda.is_initialized():  # a child would inherit an unusable CUDA context
-            raise RuntimeError("the fork server initialised CUDA; it must not")
-        pid = os.fork()
-        if pid == 0:
-            try:
-                _run_child(request, fds, sock)
-            except BaseException:  # the set-up failed: say why on the job's stderr, then exit 70
-                traceback.print_exc()
-            os._exit(70)
-        for fd in fds:
-            os.close(fd)
-        sock.send(json.dumps({"job_id": request["job_id"], "pid": pid}).encode())
+    try:
+        sock.send(json.dumps({"ready": True}).encode())  # the imports are done: a fork from here is quick
+        while True:
+            ready, _, _ = select.select([sock], [], [], 0.05)
+            _reap(sock)
+            if not ready:
+                continue
+            data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, N_FDS)
+            if not data:
+                return  # the orchestrator closed its end: shut down
+            _fork(sock, json.loads(data), fds)
+    except (BrokenPipeError, ConnectionResetError):
+        return  # the orchestrator went away while it was being answered (a Ctrl-C): shut down all the same
+
+
+def _fork(sock: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
+    if torch.cuda.is_initialized():  # a child would inherit an unusable CUDA context
+        raise RuntimeError("the fork server initialised CUDA; it must not")
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _run_child(request, fds, sock)
+        except BaseException:  # the set-up failed: say why on the job's stderr, then exit 70
+            traceback.print_exc()
+        os._exit(70)
+    for fd in fds:
+        os.close(fd)
+    sock.send(json.dumps({"job_id": request["job_id"], "pid": pid}).encode())
 
 
 def main(argv: list[str] | None = None) -> None:

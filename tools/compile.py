@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -177,13 +178,19 @@ def nvrtc_compile(
     return report
 
 
+# CPython 3.11's AST constructor keeps its recursion depth per interpreter, not per thread: two threads parsing at once
+# can fail with "AST constructor recursion depth mismatch" (seen in CI, where the tests compile renderings in threads).
+_AST_LOCK = threading.Lock()
+
+
 def embedded_cuda_sources(candidate_source: str) -> list[EmbeddedSource]:
     """Find the CUDA C kernels written as plain string literals in a candidate's Python source.
 
     Kernels built at run time (f-strings, concatenation) are not found here; they are compiled when
     the candidate is imported, and their errors surface then.
     """
-    tree = ast.parse(candidate_source)
+    with _AST_LOCK:
+        tree = ast.parse(candidate_source)
     # Only whole literals bound to a name or passed as an argument are kernel sources; docstrings,
     # pieces of f-strings and operands of `+` merely mention `__global__`.
     holders: list[ast.expr] = []
