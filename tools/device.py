@@ -149,16 +149,17 @@ def hardware_facts(device: torch.device) -> dict[str, str]:
     process may use, the ISA extensions, cache sizes by level and the last level's (``llc_bytes``)."""
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        facts = {
-            "sms": props.multi_processor_count,
-            "threads_per_sm": props.max_threads_per_multi_processor,
-            "regs_per_sm": props.regs_per_multiprocessor,
-            "smem_per_block_bytes": props.shared_memory_per_block_optin,
-            "smem_per_sm_bytes": props.shared_memory_per_multiprocessor,
-            "l2_bytes": props.L2_cache_size,
-            "memory_bytes": props.total_memory,
+        # Fields torch added over its releases: a build without one leaves that line out of the sheet.
+        fields = {
+            "sms": "multi_processor_count",
+            "threads_per_sm": "max_threads_per_multi_processor",
+            "regs_per_sm": "regs_per_multiprocessor",
+            "smem_per_block_bytes": "shared_memory_per_block_optin",
+            "smem_per_sm_bytes": "shared_memory_per_multiprocessor",
+            "l2_bytes": "L2_cache_size",
+            "memory_bytes": "total_memory",
         }
-        return {k: str(v) for k, v in facts.items()}
+        return {key: str(getattr(props, name)) for key, name in fields.items() if hasattr(props, name)}
     caches = cpu_caches()
     facts = {"cores": str(len(os.sched_getaffinity(0))), "isa": " ".join(cpu_isa())}
     facts.update({f"{level.lower()}_bytes": str(size) for level, size in caches.items()})
