@@ -22,6 +22,18 @@ def candidate_id(idea: Idea) -> str:
     return f"c{idea['round']}-{idea['id'].split('i')[-1]}"
 
 
+def candidate_of(idea: Idea, **fields: Any) -> Candidate:
+    """The candidate record of ``idea`` (its id, round, parent and text), with ``fields`` beside them."""
+    return Candidate(  # type: ignore[typeddict-item]
+        id=candidate_id(idea),
+        round=idea["round"],
+        idea_id=idea["id"],
+        parent_id=idea["parent_id"],
+        idea=idea["text"],
+        **fields,
+    )
+
+
 def check(source: str, cid: str, ctx: RoleContext) -> Evaluation:
     """Compile and verify a source on fresh seeded inputs (no timing: that is the profiler's job)."""
     s = ctx.settings
@@ -103,12 +115,8 @@ class Coder(ABC):
         if source is None or ev is None:
             return {"messages": [message("coder", "error", "no source produced", idea["round"], cid)]}
         save(ctx.run_dir, cid, source, ev)
-        candidate = Candidate(
-            id=cid,
-            round=idea["round"],
-            idea_id=idea["id"],
-            parent_id=idea["parent_id"],
-            idea=idea["text"],
+        candidate = candidate_of(
+            idea,
             source=source,
             attempts=attempts,
             status=ev.status,

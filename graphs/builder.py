@@ -19,8 +19,8 @@ from langgraph.types import Send
 
 from agents import registry
 from agents.answers import ParseError
-from agents.base import Candidate, Role, RoleContext
-from agents.coder import candidate_id
+from agents.base import Role, RoleContext
+from agents.coder import candidate_id, candidate_of
 from agents.llm import BudgetExceeded, LLMError
 from graphs.rundata import precision_text
 from graphs.state import RunInput, RunOutput, RunState, best_candidate, merge_usage, message
@@ -178,12 +178,8 @@ def _contained(name: str, state: dict[str, Any], exc: ParseError | LLMError, bou
         idea, cid = state["idea"], candidate_id(state["idea"])
         why = f"the model failed: {exc}"
         # A candidate without source, so that the history, the critic and the report all say what became of the idea.
-        failed = Candidate(
-            id=cid,
-            round=idea["round"],
-            idea_id=idea["id"],
-            parent_id=idea["parent_id"],
-            idea=idea["text"],
+        failed = candidate_of(
+            idea,
             source="",
             attempts=0,
             status=MODEL_FAILED,

@@ -302,7 +302,7 @@ def _inside(candidate: bool) -> str:
     try:
         _mount("none", "/", None, MS_REC | MS_PRIVATE)
         if candidate:
-            _read_only_but(scratch, _disk_limit())
+            _read_only_but(scratch, _limits()[2])
             _own_dev()
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         if os.path.isdir("/dev/shm"):
@@ -321,19 +321,20 @@ def _inside(candidate: bool) -> str:
     return f"{NAMESPACES},{LOCKED}"
 
 
-def _disk_limit() -> int:
-    """The scratch size ``LIMITS`` asks for, in bytes; 0 where none is given."""
-    fields = os.environ.get(LIMITS, "").split(",")
-    return int(fields[2]) if len(fields) > 2 else 0
+def _limits() -> tuple[int, int, int]:
+    """The process, memory and disk limits ``LIMITS`` asks for (0: none; all 0 where it is not set)."""
+    spec = os.environ.get(LIMITS)
+    tasks, memory, disk = (int(x) for x in spec.split(",")) if spec else (0, 0, 0)
+    return tasks, memory, disk
 
 
-def _limit(spec: str, nested: bool) -> str:
-    """Set the hard limits ``spec`` asks for (``LIMITS``); what was set. ``nested``: this process is alone in a user
+def _limit(nested: bool) -> str:
+    """Set the hard limits ``LIMITS`` asks for; what was set. ``nested``: this process is alone in a user
     namespace of its own (``_lock`` made it), where ``RLIMIT_NPROC`` counts the job's tasks alone; elsewhere it would
     count every process of its user on the host, and is left as it is. The disk limit is the scratch folder's size
     (``_capped``); the size of the files the candidate's process writes, its output included, is bounded where it runs
     (``sandbox.candidate.limit_output``: the judge's own shared-memory files may be larger)."""
-    tasks, memory, disk = (int(x) for x in spec.split(","))
+    tasks, memory, disk = _limits()
     done = []
     if nested:
         resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
@@ -366,7 +367,7 @@ def enter(candidate: bool = False) -> str:
         state = "off: namespaces not permitted here" if exc.errno == errno.EPERM else f"off: {exc.strerror or exc}"
         os.environ[ENV] = state
         if os.environ.get(LIMITS):
-            os.environ[LIMITED] = _limit(os.environ[LIMITS], nested=False)
+            os.environ[LIMITED] = _limit(nested=False)
         return state
     pid = os.fork()
     if pid:
@@ -374,7 +375,7 @@ def enter(candidate: bool = False) -> str:
     state = _inside(candidate)
     os.environ[ENV] = state
     if os.environ.get(LIMITS):
-        os.environ[LIMITED] = _limit(os.environ[LIMITS], nested=state.endswith(LOCKED))
+        os.environ[LIMITED] = _limit(nested=state.endswith(LOCKED))
     return state
 
 

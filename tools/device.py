@@ -164,7 +164,7 @@ def hardware_facts(device: torch.device) -> dict[str, str]:
     facts = {"cores": str(len(os.sched_getaffinity(0))), "isa": " ".join(cpu_isa())}
     facts.update({f"{level.lower()}_bytes": str(size) for level, size in caches.items()})
     if caches:
-        facts["llc_bytes"] = str(caches[max(caches)])  # L3 > L2 > L1d in string order
+        facts["llc_bytes"] = str(max(caches.values()))  # the last level is the largest
     return facts
 
 

@@ -11,13 +11,13 @@ import math
 import random
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Literal, NamedTuple, Protocol
 
 import numpy as np
 import torch
 
 from tools import speed
+from tools.device import cpu_caches
 from tools.protocol import TimingConfig, TimingStats
 
 _perf_counter = time.perf_counter
@@ -139,17 +139,6 @@ class CudaTimer:
         return Timed(self._elapsed(self._start, self._end), host * 1e3, out)
 
 
-def _last_level_cache_bytes() -> int:
-    sizes = []
-    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        text = (index / "size").read_text().strip() if (index / "size").exists() else ""
-        if text.endswith("K"):
-            sizes.append(int(text[:-1]) << 10)
-        elif text.endswith("M"):
-            sizes.append(int(text[:-1]) << 20)
-    return max(sizes, default=32 << 20)
-
-
 class CpuTimer:
     """``perf_counter`` around each call, with the same flush-and-refresh discipline."""
 
@@ -159,7 +148,7 @@ class CpuTimer:
         # Twice the LLC would be the rule, but server L3s reach hundreds of MiB (480 MiB seen on a
         # CI host) and filling that before every call costs more than the calls; 64 MiB evicts L1/L2
         # and most of a typical L3 slice.
-        self.flush_bytes = min(max(2 * _last_level_cache_bytes(), 8 << 20), 64 << 20)
+        self.flush_bytes = min(max(2 * max(cpu_caches().values(), default=32 << 20), 8 << 20), 64 << 20)
         self._empty = torch.empty
         self._flush_buf: torch.Tensor | None = None  # made by the first flush: only timing needs it
         self._clock = _perf_counter
